@@ -1,0 +1,24 @@
+"""Backends: compile a loop tree into a Kernel.
+
+    compile(tree, target=None, unroll_limit=None) -> Kernel
+
+`target` is None (the best target of this CPU), a target name ("avx2", "avx512"),
+a `loopstack.isa.target.Target`, or "interp" for the reference interpreter. Every
+Kernel is called with numpy arrays in `tree.arguments` order (inputs, then outputs);
+outputs are written in place. The tree's accesses are verified to be in bounds before
+anything is compiled.
+"""
+from __future__ import annotations
+
+
+def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural name
+    from ..looptree.verify import verify
+
+    verify(tree)
+    if target == "interp":
+        from .interp import InterpKernel
+
+        return InterpKernel(tree)
+    from .x86.compile import compile_x86
+
+    return compile_x86(tree, target=target, unroll_limit=unroll_limit)

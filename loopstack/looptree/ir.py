@@ -1,0 +1,295 @@
+"""The loop tree: the one contract between the frontend and every backend.
+
+A loop tree is immutable data. It names buffers (inputs, outputs, intermediates),
+dimensions with their sizes, and a body of nodes:
+
+    Loop(var, dim, step, body)   iterates dimension `dim` over the range its enclosing
+                                 loops over `dim` leave it (the whole dimension if none),
+                                 `step` elements at a time; the last iteration may be
+                                 partial, and then the inner loops over `dim` see the
+                                 smaller remainder (this is how split tails work).
+    Compute(out, expr, ...)      one statement executed at every point of the loops
+                                 that enclose it.
+
+Semantics, LoopNest style (paper §5): a dimension's value at a statement is the sum of
+the offsets of the enclosing loops over it; `LoopVar(var)` terms in an index give one
+loop's offset alone, which is how an intermediate sized to a loop's scope is addressed
+(index `m - m0` inside loop m0 walks a block buffer).  Every dimension a statement
+reads or writes must be iterated down to step 1 by its enclosing loops.
+
+A statement's iteration domain is the set of dimensions of its enclosing loops; its
+reduction dimensions are those of the domain that its output index does not use.
+For each output point p:
+
+    out[p] = post( init(p)  <reduce>  expr(p, r)  for every reduction point r )
+
+`init` is applied at the first reduction point (every reduction dimension at 0)
+and `post` at the last (every reduction dimension at its size - 1), whatever the
+loop order; with `init=None` the reduction continues from out's current value.
+With `reduce=None` the statement is a plain assignment `out[p] = expr(p)`.
+A statement whose expression is a single Load is a copy (transpose, pack, pad,
+broadcast); a Load with `zero_pad=True` reads zero wherever its index leaves the
+buffer, so padding needs no special node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+from ..dtypes import dtype as _dtype
+
+# ---------------------------------------------------------------------------
+# operator vocabularies (the backend's instruction selection keys on these names)
+
+UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "reciprocal", "relu", "sigmoid", "tanh", "gelu")
+BINARY_OPS = ("add", "sub", "mul", "div", "max", "min")
+REDUCE_OPS = ("add", "mul", "max", "min")
+ANNOTATIONS = ("unroll", "vectorize", "parallel")
+
+# identity element of each reduction, used by init="identity"
+REDUCE_IDENTITY = {"add": 0.0, "mul": 1.0, "max": float("-inf"), "min": float("inf")}
+
+
+# ---------------------------------------------------------------------------
+# affine index expressions
+
+
+@dataclass(frozen=True)
+class Affine:
+    """const + sum(coeff * name). A name is a dimension, or `@var` for one loop's offset."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def of(*terms: tuple[str, int] | str, const: int = 0) -> "Affine":
+        """Affine.of("m") is m; Affine.of(("h", 1), ("kh", 2), const=-1) is h + 2*kh - 1."""
+        acc: dict[str, int] = {}
+        for t in terms:
+            name, coeff = (t, 1) if isinstance(t, str) else t
+            acc[name] = acc.get(name, 0) + coeff
+        return Affine(tuple(sorted((n, c) for n, c in acc.items() if c != 0)), const)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.terms)
+
+    def coeff(self, name: str) -> int:
+        for n, c in self.terms:
+            if n == name:
+                return c
+        return 0
+
+    def __str__(self) -> str:
+        parts = []
+        for n, c in self.terms:
+            parts.append(n if c == 1 else f"-{n}" if c == -1 else f"{c}*{n}")
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts).replace("+ -", "- ")
+
+
+def loop_var(var: str) -> str:
+    """The name under which an Affine term refers to one loop's offset (not the whole dimension)."""
+    return "@" + var
+
+
+# ---------------------------------------------------------------------------
+# buffers and accesses
+
+
+BUFFER_KINDS = ("input", "output", "temp")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    dtype: str                   # a name from loopstack.dtypes.DTYPES
+    shape: tuple[int, ...]
+    kind: str                    # "input", "output" or "temp"
+    strides: tuple[int, ...] = ()  # in elements; row-major when empty
+
+    def __post_init__(self):
+        _dtype(self.dtype)
+        if not self.strides:
+            st, acc = [], 1
+            for s in reversed(self.shape):
+                st.append(acc)
+                acc *= s
+            object.__setattr__(self, "strides", tuple(reversed(st)))
+
+    @property
+    def size(self) -> int:
+        """Elements spanned (the allocation needed for these strides)."""
+        if any(s == 0 for s in self.shape):
+            return 0
+        return 1 + sum((s - 1) * st for s, st in zip(self.shape, self.strides))
+
+
+@dataclass(frozen=True)
+class Access:
+    buffer: str
+    index: tuple[Affine, ...]
+    zero_pad: bool = False  # reads outside the buffer give 0 (only for reads)
+
+    def names(self) -> set[str]:
+        return {n for a in self.index for n in a.names()}
+
+    def __str__(self) -> str:
+        pad = "pad " if self.zero_pad else ""
+        return f"{pad}%{self.buffer}[{', '.join(str(a) for a in self.index)}]"
+
+
+# ---------------------------------------------------------------------------
+# expressions (small trees evaluated at every point)
+
+
+@dataclass(frozen=True)
+class Load:
+    access: Access
+
+    def __str__(self) -> str:
+        return str(self.access)
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True)
+class Acc:
+    """In `post`: the accumulated value of the output point."""
+
+    def __str__(self) -> str:
+        return "acc"
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str
+    x: "Expr"
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.x})"
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str
+    a: "Expr"
+    b: "Expr"
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.a}, {self.b})"
+
+
+Expr = Union[Load, Const, Acc, Unary, Binary]
+
+
+def expr_loads(e: Expr) -> Iterator[Access]:
+    """Every Access an expression reads, left to right."""
+    if isinstance(e, Load):
+        yield e.access
+    elif isinstance(e, Unary):
+        yield from expr_loads(e.x)
+    elif isinstance(e, Binary):
+        yield from expr_loads(e.a)
+        yield from expr_loads(e.b)
+
+
+# ---------------------------------------------------------------------------
+# nodes
+
+
+@dataclass(frozen=True)
+class Compute:
+    name: str
+    out: Access
+    expr: Expr
+    reduce: str | None = None              # None (plain assignment) or one of REDUCE_OPS
+    init: Expr | str | None = None         # None, "identity", or an Expr over output dims (bias)
+    post: Expr | None = None               # an Expr using Acc(), over output dims
+
+    def reads(self) -> Iterator[Access]:
+        yield from expr_loads(self.expr)
+        if isinstance(self.init, (Load, Unary, Binary)):
+            yield from expr_loads(self.init)
+        if self.post is not None:
+            yield from expr_loads(self.post)
+
+    @property
+    def is_copy(self) -> bool:
+        return self.reduce is None and self.post is None and isinstance(self.expr, Load)
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: str                               # unique in the tree
+    dim: str
+    step: int
+    body: tuple["Node", ...]
+    annotations: frozenset[str] = field(default_factory=frozenset)
+
+
+Node = Union[Loop, Compute]
+
+
+@dataclass(frozen=True)
+class LoopTree:
+    buffers: tuple[Buffer, ...]
+    dims: tuple[tuple[str, int], ...]      # (dimension, size)
+    body: tuple[Node, ...]
+
+    # -- lookups ---------------------------------------------------------
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def dim_size(self, dim: str) -> int:
+        for d, s in self.dims:
+            if d == dim:
+                return s
+        raise KeyError(dim)
+
+    @property
+    def inputs(self) -> tuple[Buffer, ...]:
+        return tuple(b for b in self.buffers if b.kind == "input")
+
+    @property
+    def outputs(self) -> tuple[Buffer, ...]:
+        return tuple(b for b in self.buffers if b.kind == "output")
+
+    @property
+    def temps(self) -> tuple[Buffer, ...]:
+        return tuple(b for b in self.buffers if b.kind == "temp")
+
+    @property
+    def arguments(self) -> tuple[Buffer, ...]:
+        """The order in which a kernel takes its arrays: inputs, then outputs."""
+        return self.inputs + self.outputs
+
+    def walk(self) -> Iterator[tuple[tuple[Loop, ...], Node]]:
+        """Every node with the loops enclosing it, outermost first, in program order."""
+
+        def rec(nodes, stack):
+            for n in nodes:
+                yield stack, n
+                if isinstance(n, Loop):
+                    yield from rec(n.body, stack + (n,))
+
+        yield from rec(self.body, ())
+
+    def computes(self) -> Iterator[tuple[tuple[Loop, ...], Compute]]:
+        for stack, n in self.walk():
+            if isinstance(n, Compute):
+                yield stack, n
+
+    def __str__(self) -> str:
+        from .printer import format_tree
+
+        return format_tree(self)
