@@ -41,7 +41,8 @@ def dtype(x) -> DType:
     if isinstance(x, DType):
         return x
     try:
-        name = np.dtype(getattr(x, "dtype", x)).name
+        src = x if isinstance(x, (str, type, np.dtype)) else getattr(x, "dtype", x)
+        name = np.dtype(src).name
     except TypeError:
         raise DTypeError(f"not a dtype: {x!r}") from None
     if name not in DTYPES:

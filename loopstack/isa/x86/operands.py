@@ -109,15 +109,21 @@ class Mem:
     bits: int | None = None
     broadcast: bool = False
     label: "Label | None" = None    # with base=RIP: address of this label + disp
+    mask: "MaskReg | None" = None   # AVX-512 masked store destination `[mem]{k}`
 
     def with_bits(self, bits: int) -> "Mem":
-        return Mem(self.base, self.index, self.scale, self.disp, bits, self.broadcast, self.label)
+        return Mem(self.base, self.index, self.scale, self.disp, bits, self.broadcast, self.label, self.mask)
 
     def bcst(self, element_bits: int = 32) -> "Mem":
-        return Mem(self.base, self.index, self.scale, self.disp, element_bits, True, self.label)
+        return Mem(self.base, self.index, self.scale, self.disp, element_bits, True, self.label, self.mask)
+
+    def masked(self, k: "MaskReg") -> "Mem":
+        """A masked store destination, `vmovups [rdi]{k1}, zmm0` (stores only merge, never zero)."""
+        return Mem(self.base, self.index, self.scale, self.disp, self.bits, self.broadcast, self.label, k)
 
     def __add__(self, delta: int) -> "Mem":
-        return Mem(self.base, self.index, self.scale, self.disp + delta, self.bits, self.broadcast, self.label)
+        return Mem(self.base, self.index, self.scale, self.disp + delta, self.bits, self.broadcast, self.label,
+                   self.mask)
 
     def __str__(self) -> str:
         parts = []
@@ -134,6 +140,8 @@ class Mem:
             s += f" {'-' if self.disp < 0 else '+'} {abs(self.disp):#x}" if parts else f"{self.disp:#x}"
         size = _PTR_NAMES.get(self.bits, "") if not self.broadcast else _PTR_NAMES.get(self.bits, "")
         out = f"{size} [{s}]" if size else f"[{s}]"
+        if self.mask is not None:
+            out += "{%s}" % self.mask.name
         return out + ("{1toN}" if self.broadcast else "")
 
 
