@@ -1,0 +1,125 @@
+"""What every Kernel shares, whatever produced it: argument checks, work counts, timing.
+
+    k = SomeKernel(tree)           a subclass implements _execute(arrays)
+    k(A, B, C)                     arrays in tree.arguments order; outputs written in place
+    outs = k.run(A, B)             allocates the outputs (zeros), runs, returns them
+    k.flops, k.bytes_moved         from loopstack.looptree.stats
+    k.benchmark(A, B, C, runs=10)  GFLOPS: one warm-up call, then the best of `runs`
+
+Arguments are checked before every call: their number, that each is an ndarray of the
+buffer's dtype and shape laid out with the buffer's strides (C-contiguous for the default
+row-major strides), that outputs are writable and overlap no other argument.  A mistake
+raises ArgumentError naming the buffer; a kernel never reads or writes outside an array.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..dtypes import dtype as _dtype
+from ..errors import ArgumentError
+from ..looptree import stats
+from ..looptree.ir import Buffer, LoopTree
+
+__all__ = ["KernelBase", "allocate", "random_array"]
+
+
+def allocate(buf: Buffer) -> np.ndarray:
+    """A zero-filled array with the buffer's dtype, shape and strides."""
+    dt = _dtype(buf.dtype).np
+    if buf.size == 0 or buf.strides == Buffer(buf.name, buf.dtype, buf.shape, buf.kind).strides:
+        return np.zeros(buf.shape, dt)
+    flat = np.zeros(buf.size, dt)
+    return np.lib.stride_tricks.as_strided(flat, buf.shape, tuple(s * dt.itemsize for s in buf.strides))
+
+
+def random_array(buf: Buffer, rng: np.random.Generator) -> np.ndarray:
+    """Random contents for a buffer: normal floats, small integers (so products stay exact)."""
+    a = allocate(buf)
+    dt = _dtype(buf.dtype)
+    if dt.is_float:
+        a[...] = rng.standard_normal(buf.shape)
+    else:
+        lo, hi = (0, 8) if dt.name == "uint8" else (-8, 8)
+        a[...] = rng.integers(lo, hi, buf.shape)
+    return a
+
+
+class KernelBase:
+    """The Kernel interface; subclasses implement `_execute(arrays)` on checked arrays."""
+
+    def __init__(self, tree: LoopTree):
+        self.tree = tree
+        self.flops: int = stats.flops(tree)
+        self.bytes_moved: int = stats.bytes_moved(tree)
+        self.compile_ms: float = 0.0
+
+    # -- the interface ---------------------------------------------------
+    @property
+    def bytes(self) -> int:  # noqa: A003 - the name the design uses
+        return self.bytes_moved
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        self.check_arguments(arrays)
+        self._execute(arrays)
+
+    def run(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Run on `inputs`, returning freshly allocated (zero-initialised) outputs."""
+        outs = tuple(allocate(b) for b in self.tree.outputs)
+        self(*inputs, *outs)
+        return outs
+
+    def random_arguments(self, seed: int = 0) -> tuple[np.ndarray, ...]:
+        """Seeded random inputs and zeroed outputs, in argument order."""
+        rng = np.random.default_rng(seed)
+        return tuple(random_array(b, rng) if b.kind == "input" else allocate(b) for b in self.tree.arguments)
+
+    def benchmark(self, *arrays: np.ndarray, runs: int = 10, warmup: int = 1) -> float:
+        """GFLOPS of the best of `runs` timed calls after `warmup` untimed ones
+        (random arguments when none are given)."""
+        if not arrays:
+            arrays = self.random_arguments()
+        self.check_arguments(arrays)
+        for _ in range(warmup):
+            self._execute(arrays)
+        best = float("inf")
+        for _ in range(max(1, runs)):
+            t0 = time.perf_counter()
+            self._execute(arrays)
+            best = min(best, time.perf_counter() - t0)
+        self.last_seconds = best
+        return self.flops / best / 1e9 if best > 0 else float("inf")
+
+    def asm(self) -> str:
+        raise NotImplementedError
+
+    def _execute(self, arrays: tuple[np.ndarray, ...]) -> None:
+        raise NotImplementedError
+
+    # -- checks ----------------------------------------------------------
+    def check_arguments(self, arrays) -> None:
+        params = self.tree.arguments
+        if len(arrays) != len(params):
+            names = ", ".join(b.name for b in params)
+            raise ArgumentError(f"the kernel takes {len(params)} array(s) ({names}), got {len(arrays)}")
+        for i, (a, b) in enumerate(zip(arrays, params)):
+            what = f"argument {i} ({b.name})"
+            if not isinstance(a, np.ndarray):
+                raise ArgumentError(f"{what} is a {type(a).__name__}, expected a numpy array")
+            want = _dtype(b.dtype).np
+            if a.dtype != want:
+                raise ArgumentError(f"{what} has dtype {a.dtype}, expected {want}")
+            if tuple(a.shape) != tuple(b.shape):
+                raise ArgumentError(f"{what} has shape {tuple(a.shape)}, expected {tuple(b.shape)}")
+            for d, (n, st) in enumerate(zip(b.shape, b.strides)):
+                if n > 1 and a.strides[d] != st * want.itemsize:
+                    layout = "C-contiguous" if b.strides == Buffer(b.name, b.dtype, b.shape, b.kind).strides \
+                        else f"strides {list(b.strides)} (elements)"
+                    raise ArgumentError(f"{what} is not laid out as {layout}: strides {a.strides} bytes")
+            if b.kind == "output":
+                if not a.flags.writeable:
+                    raise ArgumentError(f"{what} is an output but is not writable")
+                for j, other in enumerate(arrays):
+                    if j != i and isinstance(other, np.ndarray) and np.may_share_memory(a, other):
+                        raise ArgumentError(f"{what} is an output and overlaps argument {j} ({params[j].name})")

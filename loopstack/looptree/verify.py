@@ -1,0 +1,227 @@
+"""The loop-tree verifier: structure, dtypes and bounds, before any backend sees a tree.
+
+    verify(tree) -> None      raises a loopstack error naming the statement, buffer and number
+
+Checks, in order:
+  structure   dims known and sized, loop vars unique, steps >= 1, known annotations,
+              buffers unique with consistent shapes and strides, one index per buffer dim,
+              known operator names, `Acc` only in `post`, init/post over output dims only,
+              every referenced dimension iterated down to step 1, no writes to inputs,
+              no zero_pad on writes.
+  dtypes      float-only unary ops (exp, log, ...) never in an integer statement.
+  bounds      every index of every access provably in [0, size) over the iteration domain
+              (zero_pad reads excepted).  The proof is exact interval arithmetic on the
+              decomposition dim = sum of its loops' offsets (see stats.chain_bounds), so it
+              costs a few operations per index term whatever the tensor sizes.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..dtypes import DTYPES
+from ..errors import BoundsError, DTypeError, ScheduleError, ShapeError, SymbolError, UnsupportedError
+from .ir import (
+    ANNOTATIONS, BINARY_OPS, BUFFER_KINDS, REDUCE_OPS, UNARY_OPS,
+    Acc, Access, Affine, Binary, Compute, Const, Load, Loop, LoopTree, Unary,
+)
+from .stats import index_bounds
+
+__all__ = ["verify", "FLOAT_ONLY_UNARY"]
+
+# unary ops with no integer meaning; an integer statement may not use them
+FLOAT_ONLY_UNARY = frozenset({"exp", "log", "sqrt", "reciprocal", "sigmoid", "tanh", "gelu"})
+
+
+def verify(tree: LoopTree) -> None:
+    """Raise a LoopstackError if the tree is malformed or any access may leave its buffer."""
+    sizes = _check_dims(tree)
+    bufs = _check_buffers(tree)
+    _check_loops(tree, sizes)
+    for stack, comp in tree.computes():
+        _check_compute(tree, stack, comp, bufs)
+
+
+# ---------------------------------------------------------------------------
+# tree-level structure
+
+
+def _check_dims(tree: LoopTree) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for d, s in tree.dims:
+        if d in sizes:
+            raise SymbolError(f"dimension {d} is declared twice")
+        if not isinstance(s, int) or isinstance(s, bool) or s < 0:
+            raise ShapeError(f"dimension {d} has size {s!r}; sizes are integers >= 0")
+        sizes[d] = s
+    return sizes
+
+
+def _check_buffers(tree: LoopTree) -> dict:
+    bufs = {}
+    for b in tree.buffers:
+        if b.name in bufs:
+            raise SymbolError(f"buffer {b.name} is declared twice")
+        if b.kind not in BUFFER_KINDS:
+            raise ShapeError(f"buffer {b.name} has kind {b.kind!r}; expected one of {', '.join(BUFFER_KINDS)}")
+        if b.dtype not in DTYPES:
+            raise DTypeError(f"buffer {b.name} has dtype {b.dtype}, not supported ({', '.join(DTYPES)})")
+        if any(not isinstance(s, int) or s < 0 for s in b.shape):
+            raise ShapeError(f"buffer {b.name} has shape {list(b.shape)}; sizes are integers >= 0")
+        if len(b.strides) != len(b.shape):
+            raise ShapeError(f"buffer {b.name} has {len(b.shape)} dimensions but {len(b.strides)} strides")
+        if any(not isinstance(s, int) or s < 0 for s in b.strides):
+            raise ShapeError(f"buffer {b.name} has strides {list(b.strides)}; strides are integers >= 0")
+        bufs[b.name] = b
+    return bufs
+
+
+def _check_loops(tree: LoopTree, sizes: dict[str, int]) -> None:
+    seen: set[str] = set()
+    for stack, node in tree.walk():
+        if isinstance(node, Loop):
+            if node.var in seen:
+                raise ScheduleError(f"loop var {node.var} is used by two loops; loop vars must be unique")
+            seen.add(node.var)
+            if node.dim not in sizes:
+                raise SymbolError(f"loop {node.var} iterates unknown dimension {node.dim}")
+            if not isinstance(node.step, int) or node.step < 1:
+                raise ScheduleError(f"loop {node.var} has step {node.step!r}; steps are integers >= 1")
+            bad = set(node.annotations) - set(ANNOTATIONS)
+            if bad:
+                raise ScheduleError(f"loop {node.var} has unknown annotation(s) {', '.join(sorted(bad))}"
+                                    f" (known: {', '.join(ANNOTATIONS)})")
+        elif not isinstance(node, Compute):
+            raise ScheduleError(f"unexpected node {type(node).__name__} in the loop tree")
+
+
+# ---------------------------------------------------------------------------
+# statements
+
+
+def _check_expr(e, where: str, allow_acc: bool, is_int: bool) -> None:
+    if isinstance(e, (Load, Const)):
+        return
+    if isinstance(e, Acc):
+        if not allow_acc:
+            raise ScheduleError(f"{where}: acc may only appear in post")
+        return
+    if isinstance(e, Unary):
+        if e.op not in UNARY_OPS:
+            raise UnsupportedError(f"{where}: unknown unary op {e.op!r} (known: {', '.join(UNARY_OPS)})")
+        if is_int and e.op in FLOAT_ONLY_UNARY:
+            raise DTypeError(f"{where}: unary op {e.op} needs a floating-point statement")
+        _check_expr(e.x, where, allow_acc, is_int)
+        return
+    if isinstance(e, Binary):
+        if e.op not in BINARY_OPS:
+            raise UnsupportedError(f"{where}: unknown binary op {e.op!r} (known: {', '.join(BINARY_OPS)})")
+        _check_expr(e.a, where, allow_acc, is_int)
+        _check_expr(e.b, where, allow_acc, is_int)
+        return
+    raise ScheduleError(f"{where}: {type(e).__name__} is not an expression node")
+
+
+def _loads(e) -> list[Access]:
+    if isinstance(e, Load):
+        return [e.access]
+    if isinstance(e, Unary):
+        return _loads(e.x)
+    if isinstance(e, Binary):
+        return _loads(e.a) + _loads(e.b)
+    return []
+
+
+def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: dict) -> None:
+    st = f"statement {comp.name!r}"
+    if not isinstance(comp.out, Access):
+        raise ScheduleError(f"{st}: its output is not an Access")
+    out = bufs.get(comp.out.buffer)
+    if out is None:
+        raise SymbolError(f"{st} writes unknown buffer {comp.out.buffer}")
+    if out.kind == "input":
+        raise ScheduleError(f"{st} writes {comp.out}, but {out.name} is an input")
+    if comp.out.zero_pad:
+        raise ScheduleError(f"{st} writes {comp.out} with zero_pad; zero_pad is for reads only")
+    is_int = not DTYPES[out.dtype].is_float
+
+    # operators and expression shapes
+    if comp.reduce is not None and comp.reduce not in REDUCE_OPS:
+        raise UnsupportedError(f"{st}: unknown reduction {comp.reduce!r} (known: {', '.join(REDUCE_OPS)})")
+    _check_expr(comp.expr, st, allow_acc=False, is_int=is_int)
+    if comp.init is not None:
+        if comp.reduce is None:
+            raise ScheduleError(f"{st} has an init but no reduction")
+        if isinstance(comp.init, str):
+            if comp.init != "identity":
+                raise ScheduleError(f"{st}: init {comp.init!r} is not 'identity' or an expression")
+        else:
+            _check_expr(comp.init, f"{st} (init)", allow_acc=False, is_int=is_int)
+    if comp.post is not None:
+        _check_expr(comp.post, f"{st} (post)", allow_acc=True, is_int=is_int)
+
+    # every name an index uses must be a dimension iterated down to step 1, or an enclosing loop
+    chains: dict[str, list[Loop]] = {}
+    for lp in stack:
+        chains.setdefault(lp.dim, []).append(lp)
+    by_var = {lp.var: lp for lp in stack}
+    sizes = dict(tree.dims)
+
+    def dims_of(acc: Access, what: str) -> set[str]:
+        ds = set()
+        for name in acc.names():
+            if name.startswith("@"):
+                lp = by_var.get(name[1:])
+                if lp is None:
+                    raise SymbolError(f"{st} {what} {acc}: {name} is not a loop enclosing the statement")
+                ds.add(lp.dim)
+            else:
+                if name not in sizes:
+                    raise SymbolError(f"{st} {what} {acc}: unknown dimension {name}")
+                ch = chains.get(name)
+                if not ch or ch[-1].step != 1:
+                    raise ScheduleError(f"dimension {name} of statement {comp.name!r} is not iterated down to step 1"
+                                        f" (its innermost enclosing loop is "
+                                        f"{'missing' if not ch else f'{ch[-1].var} with step {ch[-1].step}'})")
+                ds.add(name)
+        return ds
+
+    out_dims = dims_of(comp.out, "writes")
+    for acc in _loads(comp.expr):
+        dims_of(acc, "reads")
+    for part, e in (("init", comp.init), ("post", comp.post)):
+        if e is None or isinstance(e, str):
+            continue
+        for acc in _loads(e):
+            extra = dims_of(acc, "reads") - out_dims
+            if extra:
+                raise ScheduleError(f"{st}: its {part} reads {acc}, which uses {', '.join(sorted(extra))},"
+                                    f" not a dimension of the output {comp.out}")
+
+    # buffers, index counts and bounds
+    _check_access(tree, stack, st, "writes", comp.out, bufs)
+    for acc in comp.reads():
+        if acc.buffer not in bufs:
+            raise SymbolError(f"{st} reads unknown buffer {acc.buffer}")
+        _check_access(tree, stack, st, "reads", acc, bufs)
+
+
+def _check_access(tree, stack, st: str, verb: str, acc: Access, bufs: dict) -> None:
+    b = bufs[acc.buffer]
+    if len(acc.index) != len(b.shape):
+        raise ShapeError(f"{st} {verb} {acc}: {b.name} has {len(b.shape)} dimension(s)"
+                         f" but the access has {len(acc.index)} index(es)")
+    if acc.zero_pad:
+        return
+    for i, (ix, size) in enumerate(zip(acc.index, b.shape)):
+        if not isinstance(ix, Affine):
+            raise ScheduleError(f"{st} {verb} {acc}: index {i} is not an Affine")
+        bounds = index_bounds(tree, stack, ix)
+        if bounds is None:      # the statement never runs (a dimension of size 0)
+            return
+        lo, hi = bounds
+        if hi >= size:
+            raise BoundsError(f"{st} {verb} {acc}: index {i} ({ix}) reaches {hi}"
+                              f" but {b.name} has size {size} in dimension {i}")
+        if lo < 0:
+            raise BoundsError(f"{st} {verb} {acc}: index {i} ({ix}) reaches {lo}"
+                              f" but {b.name} starts at 0 in dimension {i}")
