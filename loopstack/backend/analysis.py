@@ -1,0 +1,223 @@
+"""Target-independent facts about a loop tree that every code generator needs.
+
+Nothing here emits code or names a register: the questions are "how many bytes does
+this access move when loop L advances", "can the innermost loop be vectorised",
+"which loop keeps the output block in registers" (paper §5.1), answered from the
+tree and a few numbers of the target (lanes, vector registers).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..dtypes import dtype as _dtype
+from ..looptree.ir import (
+    Access, Acc, Binary, Compute, Const, Load, Loop, LoopTree, Unary, expr_loads, loop_var,
+)
+
+# ---------------------------------------------------------------------------
+# addresses
+
+
+@dataclass(frozen=True)
+class ByteMap:
+    """An access as bytes: address = base(buffer) + const + sum(coeff * value(name))."""
+
+    buffer: str
+    coeffs: tuple[tuple[str, int], ...]   # name (dim or @var) -> bytes per unit
+    const: int
+    itemsize: int
+
+    def coeff(self, name: str) -> int:
+        for n, c in self.coeffs:
+            if n == name:
+                return c
+        return 0
+
+    @property
+    def stream(self) -> tuple:
+        """Accesses with the same stream differ only by a constant: they share a pointer."""
+        return (self.buffer, self.coeffs)
+
+
+def byte_map(tree: LoopTree, access: Access) -> ByteMap:
+    buf = tree.buffer(access.buffer)
+    item = _dtype(buf.dtype).itemsize
+    acc: dict[str, int] = {}
+    const = 0
+    for idx, stride in zip(access.index, buf.strides):
+        const += idx.const * stride * item
+        for name, c in idx.terms:
+            acc[name] = acc.get(name, 0) + c * stride * item
+    return ByteMap(access.buffer, tuple(sorted((n, c) for n, c in acc.items() if c)), const, item)
+
+
+def loop_delta(bm: ByteMap, loop: Loop) -> int:
+    """Bytes the access moves when `loop` advances one iteration."""
+    return loop.step * (bm.coeff(loop.dim) + bm.coeff(loop_var(loop.var)))
+
+
+def element_stride(bm: ByteMap, dim: str) -> int:
+    """Elements the access moves per unit of `dim` (for vectorisation along it)."""
+    c = bm.coeff(dim)
+    return c // bm.itemsize if c % bm.itemsize == 0 else 10**9
+
+
+# ---------------------------------------------------------------------------
+# what a statement touches
+
+
+def output_dims(stmt: Compute) -> set[str]:
+    return stmt.out.names()
+
+
+def indexes_output(stmt: Compute, loop: Loop) -> bool:
+    names = stmt.out.names()
+    return loop.dim in names or loop_var(loop.var) in names
+
+
+def reduction_loops(stmt: Compute, stack: tuple[Loop, ...]) -> list[Loop]:
+    return [lp for lp in stack if not indexes_output(stmt, lp)]
+
+
+def reads_output(stmt: Compute) -> bool:
+    return any(a.buffer == stmt.out.buffer for a in stmt.reads())
+
+
+def expr_size(e) -> int:
+    """Operations in an expression (a proxy for instructions per instance)."""
+    if isinstance(e, (Load, Const, Acc)):
+        return 1
+    if isinstance(e, Unary):
+        return (12 if e.op in ("exp", "log", "sigmoid", "tanh", "gelu") else 1) + expr_size(e.x)
+    if isinstance(e, Binary):
+        return 1 + expr_size(e.a) + expr_size(e.b)
+    return 1
+
+
+def uses_heavy_math(e) -> bool:
+    if e is None or isinstance(e, str):
+        return False
+    if isinstance(e, Unary):
+        return e.op in ("exp", "log", "sigmoid", "tanh", "gelu") or uses_heavy_math(e.x)
+    if isinstance(e, Binary):
+        return uses_heavy_math(e.a) or uses_heavy_math(e.b)
+    return False
+
+
+# ---------------------------------------------------------------------------
+# vectorisation (paper §5.1: the innermost loop, when its accesses allow)
+
+
+@dataclass(frozen=True)
+class VectorPlan:
+    loop: Loop
+    along_output: bool   # True: lanes are output elements; False: lanes are reduction points
+
+
+def vector_plan(tree: LoopTree, loop: Loop) -> VectorPlan | None:
+    """How `loop` (a loop whose body is statements only) can be vectorised, or None."""
+    if loop.step != 1 or not loop.body or not all(isinstance(n, Compute) for n in loop.body):
+        return None
+    if len(loop.body) > 1 and any(n.reduce is not None for n in loop.body):
+        return None
+    along = None
+    for stmt in loop.body:
+        out = byte_map(tree, stmt.out)
+        if loop_var(loop.var) in stmt.out.names() or any(
+            loop_var(loop.var) in a.names() for a in stmt.reads()
+        ):
+            return None  # loop-offset terms only appear in scoped temps; keep them scalar
+        s_out = element_stride(out, loop.dim)
+        if s_out == 1:
+            this = True
+        elif s_out == 0 and stmt.reduce is not None and not reads_output(stmt):
+            this = False
+        else:
+            return None
+        if along is not None and along != this:
+            return None
+        along = this
+        for a in stmt.reads():
+            if a.zero_pad:
+                return None
+            s = element_stride(byte_map(tree, a), loop.dim)
+            if s not in (0, 1):
+                return None
+            if tree.buffer(a.buffer).dtype != "float32" and s == 0 and tree.buffer(a.buffer).dtype != "float16":
+                return None
+        for b in _buffers_of(stmt):
+            if tree.buffer(b).dtype not in ("float32", "float16"):
+                return None
+    return VectorPlan(loop, bool(along))
+
+
+def _buffers_of(stmt: Compute) -> set[str]:
+    return {stmt.out.buffer} | {a.buffer for a in stmt.reads()}
+
+
+# ---------------------------------------------------------------------------
+# trip counts and the unroll estimate
+
+
+def trips(range_: int, step: int) -> tuple[int, int]:
+    """(full iterations, elements in the partial last one)."""
+    return range_ // step, range_ % step
+
+
+def subtree_size(tree: LoopTree, node, ranges: dict[str, int], lanes: int) -> int:
+    """Instructions the node would take fully unrolled (an estimate, in the full-range case)."""
+    if isinstance(node, Compute):
+        cost = expr_size(node.expr) + 2
+        if node.post is not None:
+            cost += expr_size(node.post)
+        return cost
+    rng = ranges.get(node.dim, tree.dim_size(node.dim))
+    inner = dict(ranges)
+    inner[node.dim] = min(node.step, rng)
+    body = sum(subtree_size(tree, n, inner, lanes) for n in node.body)
+    plan = vector_plan(tree, node)
+    n = -(-rng // lanes) if plan is not None else -(-rng // node.step)
+    return n * body
+
+
+# ---------------------------------------------------------------------------
+# register blocking (paper §5.1: outermost loop whose output block fits, no spills)
+
+
+def perfect_statement(loop: Loop) -> Compute | None:
+    """The single statement below `loop` when the subtree is one chain of loops."""
+    node = loop
+    while isinstance(node, Loop):
+        if len(node.body) != 1:
+            return None
+        node = node.body[0]
+    return node
+
+
+def chain_below(loop: Loop) -> list[Loop]:
+    out, node = [], loop
+    while isinstance(node, Loop):
+        out.append(node)
+        node = node.body[0]
+    return out
+
+
+def block_footprint(tree: LoopTree, loop: Loop, stmt: Compute, ranges: dict[str, int],
+                    lanes: int, limit: int) -> int:
+    """Accumulator registers the output block under `loop` needs (stops counting past limit)."""
+    chain = chain_below(loop)
+    plan = vector_plan(tree, chain[-1])
+    count = 1
+    rng = dict(ranges)
+    for lp in chain:
+        r = rng.get(lp.dim, tree.dim_size(lp.dim))
+        rng[lp.dim] = min(lp.step, r)
+        if not indexes_output(stmt, lp):
+            continue
+        if plan is not None and lp is plan.loop and plan.along_output:
+            count *= -(-r // lanes)
+        else:
+            count *= -(-r // lp.step)
+        if count > limit:
+            return count
+    return count

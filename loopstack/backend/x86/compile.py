@@ -1,0 +1,169 @@
+"""compile_x86: a verified loop tree in, an x86-64 Kernel out.
+
+    stage_padded_reads -> split_init_post -> check_parallel -> one function per top-level node
+
+Each top-level node becomes its own machine-code function `f(void **args, i64 start,
+i64 end)`; the Kernel calls them in order. A top-level loop annotated "parallel" is
+split into chunks of iterations [start, end) run on a thread pool: cffi releases the
+GIL during the call, and every thread gets its own copy of the intermediates that live
+only inside that loop.
+"""
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ...errors import ScheduleError, UnsupportedError
+from ...isa.execmem import ExecutableCode, pointer_array
+from ...isa.target import get_target
+from ...isa.x86.assembler import Assembler
+from ...looptree.ir import Compute, Loop, LoopTree, loop_var
+from ..kernel_base import KernelBase, allocate
+from ..rewrite import split_init_post, stage_padded_reads
+from .nest import SegmentCompiler, max_accumulators
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="loopstack")
+    return _POOL
+
+
+def compile_x86(tree: LoopTree, target=None, unroll_limit: int | None = None) -> "X86Kernel":
+    t0 = time.perf_counter()
+    target = get_target(target)
+    limit = unroll_limit if unroll_limit is not None else target.unroll_limit
+    if limit < 0:
+        raise ScheduleError(f"unroll_limit must be >= 0, got {limit}")
+    for b in tree.buffers:
+        if b.dtype not in ("float32", "float16"):
+            raise UnsupportedError(
+                f"the x86 backend computes in float32 (storage float32 or float16); buffer %{b.name} is "
+                f"{b.dtype} (use target='interp' for integer programs)")
+    original = tree
+    tree = stage_padded_reads(tree)
+    tree = split_init_post(tree, target.lanes("float32"), lambda s: max_accumulators(target, s))
+    parallel = check_parallel(tree)
+    slots = {b.name: i for i, b in enumerate(tree.arguments + tree.temps)}
+    segments = []
+    for node in tree.body:
+        asm = Assembler()
+        SegmentCompiler(asm, target, tree, node, slots, limit).compile()
+        segments.append((asm, node))
+    codes = ExecutableCode.batch([asm.bytes() for asm, _ in segments]) if segments else []
+    kernel = X86Kernel(original, tree, target, [(c, asm, node) for c, (asm, node) in zip(codes, segments)],
+                       parallel)
+    kernel.compile_ms = (time.perf_counter() - t0) * 1e3
+    return kernel
+
+
+def check_parallel(tree: LoopTree) -> set[str]:
+    """Temps private to a parallel loop; raises if a parallel loop would race."""
+    private: set[str] = set()
+    users: dict[str, set[int]] = {}
+    for top, node in enumerate(tree.body):
+        for s in _statements(node):
+            for acc in (s.out, *s.reads()):
+                users.setdefault(acc.buffer, set()).add(top)
+    for top, node in enumerate(tree.body):
+        if not (isinstance(node, Loop) and "parallel" in node.annotations):
+            continue
+        mine = {t.name for t in tree.temps if users.get(t.name) == {top}}
+        private |= mine
+        for s in _statements(node):
+            if s.out.buffer in mine:
+                continue
+            names = s.out.names()
+            if node.dim not in names and loop_var(node.var) not in names:
+                raise ScheduleError(
+                    f"parallel loop {node.var} would race: statement '{s.name}' writes %{s.out.buffer} "
+                    f"without indexing dimension {node.dim}")
+    return private
+
+
+def _statements(node):
+    if isinstance(node, Compute):
+        yield node
+    else:
+        for n in node.body:
+            yield from _statements(n)
+
+
+class X86Kernel(KernelBase):
+    """Machine code for a loop tree, callable on numpy arrays."""
+
+    def __init__(self, tree: LoopTree, lowered: LoopTree, target, segments, private: set[str]):
+        super().__init__(tree)
+        self.lowered = lowered
+        self.target = target
+        self._segments = segments
+        self._funcs = [c.func for c, _, _ in segments]
+        self._private = private
+        self.threads = os.cpu_count() or 1
+        self._shared = {t.name: allocate(t) for t in lowered.temps if t.name not in private}
+        self._per_thread: list[dict[str, np.ndarray]] = []
+        self._arg_cache = None
+
+    @property
+    def code(self) -> bytes:
+        return b"".join(c.code for c, _, _ in self._segments)
+
+    def instruction_bytes(self) -> list[bytes]:
+        """Each segment's instructions, without its constant pool (for disassemblers)."""
+        return [c.code[:asm.code_size] if hasattr(asm, "code_size") else
+                c.code[:min((lab.offset for lab, _, _ in asm._consts), default=len(c.code))]
+                for c, asm, _ in self._segments]
+
+    def asm(self) -> str:
+        parts = []
+        for i, (_, asm, node) in enumerate(self._segments):
+            head = node.var if isinstance(node, Loop) else node.name
+            parts.append(f"; segment {i}: {head}\n{asm.listing()}")
+        return "\n".join(parts)
+
+    def _temps(self, thread: int) -> dict[str, np.ndarray]:
+        while len(self._per_thread) <= thread:
+            self._per_thread.append({t.name: allocate(t) for t in self.lowered.temps if t.name in self._private})
+        d = dict(self._shared)
+        d.update(self._per_thread[thread])
+        return d
+
+    def _pointers(self, arrays, thread: int):
+        temps = self._temps(thread)
+        bufs = list(arrays) + [temps[t.name] for t in self.lowered.temps]
+        params = self.lowered.arguments + self.lowered.temps
+        return pointer_array(bufs, [b.kind != "input" for b in params], [b.name for b in params])
+
+    def _execute(self, arrays) -> None:
+        key = tuple(a.__array_interface__["data"][0] for a in arrays)
+        if self._arg_cache is None or self._arg_cache[0] != key:
+            self._arg_cache = (key, [self._pointers(arrays, t) for t in range(max(1, self.threads))], arrays)
+        ptrs = self._arg_cache[1]
+        for func, (_, _, node) in zip(self._funcs, self._segments):
+            if isinstance(node, Loop) and "parallel" in node.annotations and self.threads > 1:
+                self._run_parallel(func, node, ptrs)
+            else:
+                n = _iterations(self.lowered, node)
+                func(ptrs[0].cdata, 0, n)
+
+    def _run_parallel(self, func, node: Loop, ptrs) -> None:
+        n = _iterations(self.lowered, node)
+        t = min(self.threads, n)
+        bounds = [n * i // t for i in range(t + 1)]
+        futures = [_pool().submit(func, ptrs[i].cdata, bounds[i], bounds[i + 1]) for i in range(1, t)]
+        func(ptrs[0].cdata, bounds[0], bounds[1])
+        for f in futures:
+            f.result()
+
+
+def _iterations(tree: LoopTree, node) -> int:
+    if not isinstance(node, Loop):
+        return 1
+    size = tree.dim_size(node.dim)
+    return -(-size // node.step)

@@ -1,0 +1,390 @@
+"""Instruction selection for statement instances: loads, stores, arithmetic, accumulators.
+
+An *instance* is one statement at one static point of the unrolled code: a vector of
+`lanes` elements along the vectorised loop (fewer than a full vector in a tail, under
+a mask), or a scalar. Addresses are a pointer register per access stream plus a
+displacement the unrolled loops fixed at compile time.
+
+Vector width and mask style come from the Target: AVX2 masks are vector registers used
+by vmaskmovps; AVX-512 masks are opmask registers on the instruction itself.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from ...errors import UnsupportedError
+from ...isa.x86.operands import K, Gpr, Mem, Vec, rax
+from ...looptree.ir import REDUCE_IDENTITY, Acc, Access, Binary, Compute, Const, Load, LoopTree, Unary
+from ..analysis import ByteMap, byte_map, element_stride
+from .values import RegisterFile, Val
+from . import vmath
+
+ARITH = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "max": "vmax", "min": "vmin"}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How an instance is laid out: `lanes` used of a `width`-lane vector, or scalar."""
+
+    vector: bool          # False: scalar ss code on xmm registers
+    lanes: int            # elements this instance covers (1 for scalar)
+    width: int            # lanes of a full vector
+    dim: str | None       # the vectorised dimension
+
+    @property
+    def masked(self) -> bool:
+        return self.vector and self.lanes < self.width
+
+
+class Emitter:
+    def __init__(self, asm, target, tree: LoopTree, pointers: dict[tuple, Gpr]):
+        self.asm = asm
+        self.target = target
+        self.tree = tree
+        self.pointers = pointers
+        self.avx512 = target.vector_bits == 512
+        self.bits = target.vector_bits
+        self.width = target.lanes("float32")
+        self.regs = RegisterFile(target.vector_registers)
+        self._consts: dict[tuple, Mem] = {}
+        self._masks: dict[int, object] = {}     # lanes -> Vec (AVX2) or MaskReg (AVX-512)
+        self._maps: dict[Access, ByteMap] = {}
+        self.long_pins: set[int] = set()        # accumulators of a memory-mode instance
+
+    # -- registers and operands ------------------------------------------------
+    def v(self, num: int, shape: Shape) -> Vec:
+        return Vec(num, self.bits if shape.vector else 128)
+
+    def suffix(self, shape: Shape) -> str:
+        return "ps" if shape.vector else "ss"
+
+    def bytemap(self, access: Access) -> ByteMap:
+        bm = self._maps.get(access)
+        if bm is None:
+            bm = self._maps[access] = byte_map(self.tree, access)
+        return bm
+
+    def address(self, access: Access, static: dict[str, int]) -> Mem:
+        bm = self.bytemap(access)
+        disp = bm.const + sum(c * static.get(n, 0) for n, c in bm.coeffs)
+        return Mem(self.pointers[bm.stream], disp=disp)
+
+    def const(self, value: float) -> Mem:
+        """A full vector of `value` in the constant pool (also read as a scalar)."""
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        m = self._consts.get(bits)
+        if m is None:
+            data = struct.pack("<I", bits) * self.width
+            m = self._consts[bits] = self.asm.const(data, align=self.bits // 8)
+        return m
+
+    def load_const(self, reg: int, value: float, shape: Shape) -> None:
+        r = self.v(reg, shape)
+        if value == 0.0 and str(value) == "0.0":
+            self.asm.emit("vxorps", r, r, r)
+        elif shape.vector:
+            self.asm.emit("vmovups", r, self.const(value).with_bits(self.bits))
+        else:
+            self.asm.emit("vmovss", r, self.const(value).with_bits(32))
+
+    def const_bits(self, bits: int) -> Mem:
+        """A vector of a 32-bit pattern (sign masks and the like)."""
+        return self.const(struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0])
+
+    # -- masks -----------------------------------------------------------------
+    def mask(self, lanes: int):
+        m = self._masks.get(lanes)
+        if m is not None:
+            return m
+        if self.avx512:
+            k = K[1 + len(self._masks) % 6]   # k7 is the blend mask
+            self.asm.emit("mov", Gpr(0, 32), (1 << lanes) - 1)
+            self.asm.emit("kmovw", k, Gpr(0, 32))
+            m = k
+        else:
+            data = struct.pack("<8i", *([-1] * lanes + [0] * (8 - lanes)))
+            reg = self.regs.alloc()
+            self.regs.pinned.add(reg)
+            self.asm.emit("vmovups", Vec(reg, 256), self.asm.const(data, align=32))
+            m = Vec(reg, 256)
+        self._masks[lanes] = m
+        return m
+
+    def drop_masks(self) -> None:
+        """Give AVX2 mask registers back (at the end of the region that used them)."""
+        if not self.avx512:
+            for m in self._masks.values():
+                self.regs.pinned.discard(m.num)
+                self.regs.release(m.num)
+        self._masks.clear()
+
+    # -- loads -----------------------------------------------------------------
+    def load_kind(self, access: Access, shape: Shape) -> str:
+        if not shape.vector:
+            return "scalar"
+        s = element_stride(self.bytemap(access), shape.dim)
+        return "vec" if s == 1 else "bcast"
+
+    def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
+        m = self.address(access, static)
+        kind = self.load_kind(access, shape)
+        lanes = shape.lanes if kind == "vec" else 0
+        return (m.base.num, m.disp, kind, lanes, self.tree.buffer(access.buffer).dtype)
+
+    def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
+        """The value of a read; a cached register, a memory operand, or a fresh register."""
+        key = self.load_key(access, static, shape)
+        regs = self.regs
+        left = regs.uses.get(key, 1) - 1
+        regs.uses[key] = left
+        if key in regs.cache:
+            reg = regs.cache[key]
+            # last use: the register passes to the caller, who frees it — unless an enclosing
+            # operand still reads it (pinned); then it stays cached until evicted or flushed
+            if left <= 0 and reg not in regs.pinned:
+                del regs.cache[key]
+                return Val(reg=reg, owned=True)
+            return Val(reg=reg, key=key)
+        m = self.address(access, static)
+        kind, dtype = key[2], key[4]
+        if foldable and left <= 0 and dtype == "float32":
+            if kind == "scalar" or (kind == "vec" and not shape.masked):
+                return Val(mem=m)
+            if kind == "bcast" and self.avx512:
+                return Val(mem=m.bcst(32))
+        reg = regs.alloc()
+        self.load_into(reg, m, kind, shape, dtype)
+        if left > 0:
+            regs.cache[key] = reg
+            return Val(reg=reg, key=key)
+        return Val(reg=reg, owned=True)
+
+    def load_into(self, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None:
+        a = self.asm
+        if dtype == "float16":
+            x = Vec(reg, 128)
+            if kind == "vec" and not shape.masked:
+                a.emit("vcvtph2ps", self.v(reg, shape), m.with_bits(self.bits // 2))
+                return
+            if kind == "vec":
+                self._load_f16_lanes(reg, m, shape)
+                return
+            a.emit("movzx", Gpr(0, 32), m.with_bits(16))
+            a.emit("vmovd", x, Gpr(0, 32))
+            a.emit("vcvtph2ps", x, x)
+            if kind == "bcast":
+                a.emit("vbroadcastss", self.v(reg, shape), x)
+            return
+        if dtype != "float32":
+            raise UnsupportedError(f"the x86 backend computes float32 and float16 only, not {dtype}")
+        if kind == "scalar":
+            a.emit("vmovss", Vec(reg, 128), m.with_bits(32))
+        elif kind == "bcast":
+            a.emit("vbroadcastss", self.v(reg, shape), m.with_bits(32))
+        elif not shape.masked:
+            a.emit("vmovups", self.v(reg, shape), m.with_bits(self.bits))
+        elif self.avx512:
+            a.emit("vmovups", Vec(reg, 512).masked(self.mask(shape.lanes), zero=True), m.with_bits(512))
+        else:
+            a.emit("vmaskmovps", Vec(reg, 256), self.mask(shape.lanes), m.with_bits(256))
+
+    def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
+        a = self.asm
+        m = self.address(access, static)
+        dtype = self.tree.buffer(access.buffer).dtype
+        src = self.v(reg, shape)
+        if dtype == "float16":
+            if shape.vector and not shape.masked:
+                a.emit("vcvtps2ph", m.with_bits(self.bits // 2), src, 0)
+                return
+            if shape.vector:
+                self._store_f16_lanes(reg, m, shape)
+                return
+            x = Vec(reg, 128)
+            a.emit("vcvtps2ph", x, x, 0)
+            a.emit("vpextrw", m.with_bits(16), x, 0)
+            return
+        if not shape.vector:
+            a.emit("vmovss", m.with_bits(32), Vec(reg, 128))
+        elif not shape.masked:
+            a.emit("vmovups", m.with_bits(self.bits), src)
+        elif self.avx512:
+            a.emit("vmovups", m.with_bits(512).masked(self.mask(shape.lanes)), Vec(reg, 512))
+        else:
+            a.emit("vmaskmovps", m.with_bits(256), self.mask(shape.lanes), src)
+
+    # float16 tails move one 16-bit word per lane: there is no masked vcvtph2ps in AVX2
+    def _load_f16_lanes(self, reg: int, m: Mem, shape: Shape) -> None:
+        a = self.asm
+        lo = Vec(reg, 128)
+        hi = Vec(self.regs.alloc(), 128) if shape.lanes > 8 else None
+        for x in (lo, hi):
+            if x is not None:
+                a.emit("vxorps", x, x, x)
+        for i in range(shape.lanes):
+            x = lo if i < 8 else hi
+            a.emit("vpinsrw", x, x, (m + 2 * i).with_bits(16), i % 8)
+        if hi is not None:
+            a.emit("vinsertf128", Vec(reg, 256), Vec(reg, 256), hi, 1)
+            self.regs.release(hi.num)
+        a.emit("vcvtph2ps", self.v(reg, shape), Vec(reg, self.bits // 2))
+
+    def _store_f16_lanes(self, reg: int, m: Mem, shape: Shape) -> None:
+        a = self.asm
+        t = self.regs.alloc()
+        a.emit("vcvtps2ph", Vec(t, self.bits // 2), self.v(reg, shape), 0)
+        for i in range(shape.lanes):
+            if i == 8:
+                a.emit("vextractf128", Vec(t, 128), Vec(t, 256), 1)
+            a.emit("vpextrw", (m + 2 * i).with_bits(16), Vec(t, 128), i % 8)
+        self.regs.release(t)
+
+    # -- expressions -----------------------------------------------------------
+    def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs) -> None:
+        for e in exprs:
+            for acc in _loads(e):
+                key = self.load_key(acc, static, shape)
+                self.regs.uses[key] = self.regs.uses.get(key, 0) + 1
+
+    def to_reg(self, val: Val, shape: Shape) -> Val:
+        if val.reg is not None:
+            return val
+        reg = self.regs.alloc()
+        if val.mem.broadcast:
+            self.asm.emit("vbroadcastss", self.v(reg, shape), val.mem.with_bits(32))
+        else:
+            self.asm.emit("vmovups" if shape.vector else "vmovss", self.v(reg, shape),
+                          val.mem.with_bits(self.bits if shape.vector else 32))
+        return Val(reg=reg, owned=True)
+
+    def free(self, val: Val) -> None:
+        if val.owned and val.reg is not None:
+            self.regs.release(val.reg)
+
+    def dest(self, *srcs: Val) -> int:
+        for s in srcs:
+            if s.owned and s.reg is not None:
+                s.owned = False
+                return s.reg
+        return self.regs.alloc()
+
+    def eval(self, e, static, shape: Shape, acc: Val | None = None, foldable=False) -> Val:
+        if isinstance(e, Load):
+            return self.load(e.access, static, shape, foldable)
+        if isinstance(e, Const):
+            if foldable:
+                return Val(mem=self.const(float(e.value)))
+            reg = self.regs.alloc()
+            self.load_const(reg, float(e.value), shape)
+            return Val(reg=reg, owned=True)
+        if isinstance(e, Acc):
+            return Val(reg=acc.reg)
+        if isinstance(e, Binary):
+            a = self.to_reg(self.eval(e.a, static, shape, acc), shape)
+            pinned = self.regs.pinned
+            pinned.add(a.reg)
+            b = self.eval(e.b, static, shape, acc, foldable=True)
+            if b.reg is not None:
+                pinned.add(b.reg)
+            d = self.dest(a, b)
+            self.asm.emit(ARITH[e.op] + self.suffix(shape), self.v(d, shape), self.v(a.reg, shape),
+                          self.operand(b, shape))
+            self._unpin(a, b)
+            for x in (a, b):
+                if x.reg != d:
+                    self.free(x)
+            return Val(reg=d, owned=True)
+        if isinstance(e, Unary):
+            x = self.to_reg(self.eval(e.x, static, shape, acc), shape)
+            self.regs.pinned.add(x.reg)
+            d = self.dest(x)
+            self.regs.pinned.add(d)
+            vmath.unary(self, e.op, d, x.reg, shape)
+            self._unpin(x, Val(reg=d))
+            if x.reg != d:
+                self.free(x)
+            return Val(reg=d, owned=True)
+        raise UnsupportedError(f"cannot emit expression {e}")
+
+    def _unpin(self, *vals: Val) -> None:
+        """Unpin operands, except registers that are pinned for good (AVX2 masks, accumulators)."""
+        keep = {m.num for m in self._masks.values()} if not self.avx512 else set()
+        for v in vals:
+            if v.reg is not None and v.reg not in keep and v.reg not in self.long_pins:
+                self.regs.pinned.discard(v.reg)
+
+    def operand(self, val: Val, shape: Shape):
+        if val.reg is not None:
+            return self.v(val.reg, shape)
+        if val.mem.broadcast:
+            return val.mem
+        return val.mem.with_bits(self.bits if shape.vector else 32)
+
+    # -- combining into an accumulator -------------------------------------------
+    def accumulate(self, acc: int, stmt: Compute, static, shape: Shape, blend: bool) -> None:
+        """acc = acc <reduce> expr, for one instance."""
+        e = stmt.expr
+        if stmt.reduce == "add" and isinstance(e, Binary) and e.op == "mul" and not blend:
+            a = self.to_reg(self.eval(e.a, static, shape), shape)
+            self.regs.pinned.add(a.reg)
+            b = self.eval(e.b, static, shape, foldable=True)
+            self.asm.emit("vfmadd231" + self.suffix(shape), self.v(acc, shape), self.v(a.reg, shape),
+                          self.operand(b, shape))
+            self._unpin(a)
+            self.free(a)
+            self.free(b)
+            return
+        val = self.eval(e, static, shape, foldable=not blend)
+        if blend:
+            val = self.to_reg(val, shape)
+            self.blend_identity(val, stmt.reduce, shape)
+        op = ARITH[stmt.reduce] + self.suffix(shape)
+        self.asm.emit(op, self.v(acc, shape), self.v(acc, shape), self.operand(val, shape))
+        self.free(val)
+
+    def blend_identity(self, val: Val, reduce: str, shape: Shape) -> None:
+        """Lanes past a reduction tail must not contribute: set them to the identity."""
+        if not val.owned:
+            reg = self.regs.alloc()
+            self.asm.emit("vmovaps", self.v(reg, shape), self.v(val.reg, shape))
+            val.reg, val.owned = reg, True
+        ident = self.const(REDUCE_IDENTITY[reduce])
+        if self.avx512:
+            # merge-masked load of the identity into the lanes outside the tail
+            inv = K[7]
+            self.asm.emit("mov", Gpr(0, 32), (~((1 << shape.lanes) - 1)) & 0xFFFF)
+            self.asm.emit("kmovw", inv, Gpr(0, 32))
+            self.asm.emit("vmovups", Vec(val.reg, 512).masked(inv), ident.with_bits(512))
+        else:
+            mask = self.mask(shape.lanes)          # may take a register: before the scratch one
+            t = self.regs.alloc()
+            self.asm.emit("vmovups", Vec(t, 256), ident.with_bits(256))
+            # vblendvps takes src2 where the mask is set: the tail lanes keep the value
+            self.asm.emit("vblendvps", Vec(val.reg, 256), Vec(t, 256), Vec(val.reg, 256), mask)
+            self.regs.release(t)
+
+    def hreduce(self, acc: int, reduce: str) -> None:
+        """Fold the lanes of vector `acc` into its lane 0."""
+        op = ARITH[reduce] + "ps"
+        t = self.regs.alloc()
+        if self.avx512:
+            self.asm.emit("vextractf32x8", Vec(t, 256), Vec(acc, 512), 1)
+            self.asm.emit(op, Vec(acc, 256), Vec(acc, 256), Vec(t, 256))
+        self.asm.emit("vextractf128", Vec(t, 128), Vec(acc, 256), 1)
+        self.asm.emit(op, Vec(acc, 128), Vec(acc, 128), Vec(t, 128))
+        self.asm.emit("vshufps", Vec(t, 128), Vec(acc, 128), Vec(acc, 128), 0x0E)
+        self.asm.emit(op, Vec(acc, 128), Vec(acc, 128), Vec(t, 128))
+        self.asm.emit("vshufps", Vec(t, 128), Vec(acc, 128), Vec(acc, 128), 0x01)
+        self.asm.emit(op, Vec(acc, 128), Vec(acc, 128), Vec(t, 128))
+        self.regs.release(t)
+
+
+def _loads(e):
+    if isinstance(e, Load):
+        yield e.access
+    elif isinstance(e, Unary):
+        yield from _loads(e.x)
+    elif isinstance(e, Binary):
+        yield from _loads(e.a)
+        yield from _loads(e.b)
