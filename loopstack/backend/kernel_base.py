@@ -22,15 +22,27 @@ from ..errors import ArgumentError
 from ..looptree import stats
 from ..looptree.ir import Buffer, LoopTree
 
-__all__ = ["KernelBase", "allocate", "random_array"]
+__all__ = ["KernelBase", "allocate", "empty_aligned", "random_array"]
+
+
+ALIGN = 64   # a cache line: vector loads of aligned buffers never split across lines
+
+
+def empty_aligned(shape, dtype, align: int = ALIGN) -> np.ndarray:
+    """A zero-filled C-contiguous array whose data starts on an `align`-byte boundary."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    raw = np.zeros(n * dt.itemsize + align, np.uint8)
+    off = -raw.ctypes.data % align
+    return raw[off:off + n * dt.itemsize].view(dt).reshape(shape)
 
 
 def allocate(buf: Buffer) -> np.ndarray:
-    """A zero-filled array with the buffer's dtype, shape and strides."""
+    """A zero-filled, cache-line aligned array with the buffer's dtype, shape and strides."""
     dt = _dtype(buf.dtype).np
     if buf.size == 0 or buf.strides == Buffer(buf.name, buf.dtype, buf.shape, buf.kind).strides:
-        return np.zeros(buf.shape, dt)
-    flat = np.zeros(buf.size, dt)
+        return empty_aligned(buf.shape, dt)
+    flat = empty_aligned((buf.size,), dt)
     return np.lib.stride_tricks.as_strided(flat, buf.shape, tuple(s * dt.itemsize for s in buf.strides))
 
 

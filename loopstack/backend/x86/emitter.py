@@ -201,9 +201,10 @@ class Emitter:
             if shape.vector:
                 self._store_f16_lanes(reg, m, shape)
                 return
-            x = Vec(reg, 128)
-            a.emit("vcvtps2ph", x, x, 0)
-            a.emit("vpextrw", m.with_bits(16), x, 0)
+            t = self.regs.alloc()       # the source may be a cached value: convert a copy
+            a.emit("vcvtps2ph", Vec(t, 128), Vec(reg, 128), 0)
+            a.emit("vpextrw", m.with_bits(16), Vec(t, 128), 0)
+            self.regs.release(t)
             return
         if not shape.vector:
             a.emit("vmovss", m.with_bits(32), Vec(reg, 128))

@@ -1,0 +1,121 @@
+"""Encoder throughput: instructions per second for `emit` + `bytes()` on a realistic mix.
+
+The mix is a GEMM micro-kernel body: FMAs with a memory operand, loads, stores, broadcasts,
+and add/cmp/jne loop control; once with VEX (AVX2/FMA) and once with EVEX (zmm, disp8*N,
+{1toN}, masks). Also the time to make a callable from bytes when `loopstack.isa.execmem` exists.
+
+    python bench/encode.py [--json FILE] [--rounds N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from loopstack.isa.x86.assembler import Assembler  # noqa: E402
+from loopstack.isa.x86.operands import (K, YMM, ZMM, Mem, r8, r9, r10, rax, rcx, rdi, rdx,  # noqa: E402
+                                        rsi)
+
+
+def _vex_body() -> list[tuple]:
+    out = []
+    for k in range(8):
+        out.append(("vmovups", YMM[12], Mem(rsi, disp=k * 64)))
+        out.append(("vmovups", YMM[13], Mem(rsi, disp=k * 64 + 32)))
+        for i in range(6):
+            out.append(("vbroadcastss", YMM[14], Mem(rdi, rax, 4, i * 4 + k * 96)))
+            out.append(("vfmadd231ps", YMM[2 * i], YMM[12], YMM[14]))
+            out.append(("vfmadd231ps", YMM[2 * i + 1], YMM[13], Mem(r8, rcx, 4, i * 32)))
+    for i in range(12):
+        out.append(("vmovups", Mem(rdx, r9, 4, i * 32), YMM[i]))
+    out += [("add", rax, 8), ("add", rsi, 512), ("cmp", rax, r10), ("jne", "top")]
+    return out
+
+
+def _evex_body() -> list[tuple]:
+    out = []
+    for k in range(8):
+        out.append(("vmovups", ZMM[28], Mem(rsi, disp=k * 128)))
+        out.append(("vmovups", ZMM[29], Mem(rsi, disp=k * 128 + 64)))
+        for i in range(12):
+            out.append(("vfmadd231ps", ZMM[i], ZMM[28], Mem(rdi, rax, 4, i * 4 + k * 96).bcst(32)))
+            out.append(("vfmadd231ps", ZMM[i + 12], ZMM[29], ZMM[30]))
+        out.append(("vbroadcastss", ZMM[30], Mem(r8, disp=k * 4)))
+    for i in range(24):
+        out.append(("vmovups", Mem(rdx, r9, 4, i * 64).masked(K[1]) if i >= 22 else Mem(rdx, r9, 4, i * 64),
+                    ZMM[i]))
+    out += [("add", rax, 8), ("add", rsi, 1024), ("cmp", rax, r10), ("jne", "top")]
+    return out
+
+
+def _run(body: list[tuple], copies: int) -> tuple[float, int, bytes]:
+    asm = Assembler()
+    top = asm.label("top")
+    ops_lists = [(mn, tuple(top if o == "top" else o for o in ops)) for mn, *ops in body]
+    emit = asm.emit
+    t0 = time.perf_counter()
+    asm.bind(top)
+    for _ in range(copies):
+        for mn, ops in ops_lists:
+            emit(mn, *ops)
+    code = asm.bytes()
+    dt = time.perf_counter() - t0
+    return dt, len(asm), code
+
+
+def measure(body: list[tuple], rounds: int, copies: int = 20) -> dict:
+    times = []
+    n = 0
+    code = b""
+    for _ in range(rounds):
+        dt, n, code = _run(body, copies)
+        times.append(dt)
+    t = statistics.median(times)
+    return {"instr_per_s": n / t, "us": t * 1e6, "instructions": n, "code_bytes": len(code)}
+
+
+def measure_callable(code: bytes, rounds: int) -> dict | None:
+    try:
+        from loopstack.isa.execmem import ExecutableCode
+    except ImportError:
+        return None
+    times = []
+    for _ in range(rounds * 20):
+        t0 = time.perf_counter()
+        obj = ExecutableCode(code)
+        times.append(time.perf_counter() - t0)
+        del obj
+    return {"us": statistics.median(times) * 1e6}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", metavar="FILE", help="write a list of result records")
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args(argv)
+    records = []
+    print(f"{'mix':<16}{'instr':>8}{'bytes':>9}{'time (us)':>12}{'M instr/s':>12}")
+    for name, body in (("vex", _vex_body()), ("evex", _evex_body())):
+        r = measure(body, args.rounds)
+        print(f"{name:<16}{r['instructions']:>8}{r['code_bytes']:>9}{r['us']:>12.0f}{r['instr_per_s'] / 1e6:>12.2f}")
+        records.append({"name": name, **r})
+    ret = Assembler()
+    ret.ret()
+    c = measure_callable(ret.bytes(), args.rounds)
+    if c is None:
+        print(f"{'make_callable':<16}skipped (loopstack.isa.execmem not available)")
+    else:
+        print(f"{'make_callable':<16}{'':>8}{'':>9}{c['us']:>12.1f}")
+        records.append({"name": "make_callable", "instr_per_s": None, **c})
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,379 @@
+"""x86-64 encoders: prefix builders, ModRM/SIB/displacement, one encoder per Op/En class.
+
+Layout of one instruction (SDM vol. 2 §2.1, §2.3 VEX, §2.7 EVEX):
+
+    [66/F2/F3] [REX]  opcode...          ModRM [SIB] [disp8|disp32] [imm]     legacy
+    C5 xx | C4 xx xx  opcode              ModRM [SIB] [disp]         [imm]     VEX (map implied)
+    62 P0 P1 P2       opcode              ModRM [SIB] [disp8*N|32]   [imm]     EVEX
+
+An Op/En class only says which operand goes where (ModRM.reg, VEX.vvvv, ModRM.rm, imm);
+the prefix kind says how the register bits are packed. So each class encoder picks the
+operands for its roles and calls the prefix encoder of the form (`legacy`, `vex`, `evex`).
+
+Class encoders take (form, buf, operands, prefix encoder); every encoder appends to a caller-owned bytearray and returns None, or the `Mem` whose
+rip-relative disp32 needs a label fixup (it is the last 4 bytes before the immediate).
+"""
+from __future__ import annotations
+
+from ...errors import EncodingError
+from .forms import Form
+from .operands import RIP, Gpr, Mem, Vec
+
+_SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
+
+
+# ---------------------------------------------------------------------------------------------
+# Small pure prefix builders (reference versions; the hot path inlines the same arithmetic)
+# ---------------------------------------------------------------------------------------------
+
+def rex(w: int, r: int, x: int, b: int) -> int:
+    """REX byte, SDM §2.2.1.
+
+        7   6   5   4   3   2   1   0
+      | 0   1   0   0 | W | R | X | B |    R extends ModRM.reg, X SIB.index, B ModRM.rm / SIB.base
+    """
+    assert w in (0, 1) and r in (0, 1) and x in (0, 1) and b in (0, 1)
+    return 0x40 | (w << 3) | (r << 2) | (x << 1) | b
+
+
+def modrm(mod: int, reg: int, rm: int) -> int:
+    """ModRM byte, SDM §2.1.5.
+
+        7   6   5   4   3   2   1   0
+      |  mod  |    reg    |    r/m    |    mod 11 = register, 00/01/10 = memory with no/8/32-bit disp
+    """
+    assert 0 <= mod < 4 and 0 <= reg < 8 and 0 <= rm < 8
+    return (mod << 6) | (reg << 3) | rm
+
+
+def sib(scale: int, index: int, base: int) -> int:
+    """SIB byte, SDM §2.1.5 table 2-3: scale 1/2/4/8, index 100 = none, base 101 + mod 00 = disp32."""
+    assert scale in _SCALE_BITS and 0 <= index < 8 and 0 <= base < 8
+    return (_SCALE_BITS[scale] << 6) | (index << 3) | base
+
+
+def vex(r: int, x: int, b: int, mmmmm: int, w: int, vvvv: int, l: int, pp: int) -> bytes:
+    """VEX prefix, SDM §2.3.5: two bytes when X = B = 0, map 0F and W0, else three.
+
+      C5:  | R̄ | v̄ v̄ v̄ v̄ | L | p p |
+      C4:  | R̄ | X̄ | B̄ | m m m m m |   | W | v̄ v̄ v̄ v̄ | L | p p |      (̄ = stored inverted)
+    """
+    assert all(v in (0, 1) for v in (r, x, b, w, l)) and 0 <= vvvv < 16 and 0 <= pp < 4 and 0 < mmmmm < 32
+    if x == 0 and b == 0 and mmmmm == 1 and w == 0:
+        return bytes((0xC5, ((r ^ 1) << 7) | ((vvvv ^ 15) << 3) | (l << 2) | pp))
+    return bytes((0xC4, ((r ^ 1) << 7) | ((x ^ 1) << 6) | ((b ^ 1) << 5) | mmmmm,
+                  (w << 7) | ((vvvv ^ 15) << 3) | (l << 2) | pp))
+
+
+def evex(r: int, x: int, b: int, r2: int, mmm: int, w: int, vvvv: int, pp: int,
+         z: int, ll: int, bcst: int, v2: int, aaa: int) -> bytes:
+    """EVEX prefix, SDM §2.7.1 (four bytes, 62 then P0 P1 P2).
+
+      P0: | R̄ | X̄ | B̄ | R̄'| 0 | m m m |     R' = bit 4 of ModRM.reg; X = bit 4 of rm for registers
+      P1: | W | v̄ v̄ v̄ v̄ | 1 | p p |
+      P2: | z | L'L | b | V̄'| a a a |         z zeroing, b broadcast, V' = bit 4 of vvvv, aaa opmask
+    """
+    assert all(v in (0, 1) for v in (r, x, b, r2, w, z, bcst, v2)) and 0 <= vvvv < 16
+    assert 0 < mmm < 8 and 0 <= pp < 4 and 0 <= ll < 3 and 0 <= aaa < 8
+    return bytes((0x62,
+                  ((r ^ 1) << 7) | ((x ^ 1) << 6) | ((b ^ 1) << 5) | ((r2 ^ 1) << 4) | mmm,
+                  (w << 7) | ((vvvv ^ 15) << 3) | 0x04 | pp,
+                  (z << 7) | (ll << 5) | (bcst << 4) | ((v2 ^ 1) << 3) | aaa))
+
+
+# ---------------------------------------------------------------------------------------------
+# ModRM + SIB + displacement for a memory operand
+# ---------------------------------------------------------------------------------------------
+
+def modrm_mem(buf: bytearray, reg: int, m: Mem, n: int) -> Mem | None:
+    """Append ModRM [SIB] [disp] for memory operand `m` with ModRM.reg = reg & 7.
+
+    `n` is the EVEX disp8*N scale (1 for legacy/VEX, SDM §2.7.5): a displacement that is a
+    multiple of N with disp/N in -128..127 is stored as one byte. Returns `m` when a
+    rip-relative label needs patching, else None.
+    """
+    base = m.base
+    index = m.index
+    disp = m.disp
+    reg = (reg & 7) << 3
+    if type(base) is not Gpr:
+        if base is None:
+            # no base: SIB with base 101 and mod 00 means [index*scale + disp32] (SDM table 2-3);
+            # ModRM rm 101 alone would be rip-relative in 64-bit mode
+            buf.append(0x04 | reg)
+            buf.append(_sib_index(m) | 0x05)
+            _disp32(buf, disp, m)
+            return None
+        if base is RIP or base == RIP:
+            if index is not None:
+                raise EncodingError(f"rip-relative memory cannot have an index: {m}")
+            buf.append(0x05 | reg)                    # mod 00, rm 101: [rip + disp32]
+            if m.label is not None:
+                buf += b"\0\0\0\0"                    # patched by the assembler
+                return m
+            _disp32(buf, disp, m)
+            return None
+        raise EncodingError(f"bad memory base {base!r} in {m}")
+    if base.bits != 64:
+        raise EncodingError(f"memory base must be a 64-bit register, got {base.name} in {m}")
+    lo = base.num & 7
+    # mod: 00 no disp (not for rbp/r13: rm/base 101 with mod 00 means disp32/rip), 01 disp8, 10 disp32
+    if disp == 0 and lo != 5:
+        mod = 0x00
+    elif n == 1:
+        mod = 0x40 if -128 <= disp <= 127 else 0x80
+    elif disp % n == 0 and -128 <= disp // n <= 127:
+        mod = 0x40
+        disp //= n
+    else:
+        mod = 0x80
+    if index is None and lo != 4:
+        buf.append(mod | reg | lo)
+    else:
+        # rsp/r12 as base (rm 100) always needs a SIB byte, SDM table 2-2 note
+        buf.append(mod | reg | 0x04)
+        buf.append(_sib_index(m) | lo)
+    if mod == 0x40:
+        buf.append(disp & 0xFF)
+    elif mod == 0x80:
+        _disp32(buf, disp, m)
+    return None
+
+
+def _sib_index(m: Mem) -> int:
+    """SIB scale and index fields of `m` (index 100 = none)."""
+    index = m.index
+    if index is None:
+        return 0x20
+    if type(index) is not Gpr or index.bits != 64 or index.num == 4:
+        raise EncodingError(f"bad index register in {m} (rsp cannot be an index)")
+    ss = _SCALE_BITS.get(m.scale)
+    if ss is None:
+        raise EncodingError(f"scale must be 1, 2, 4 or 8 in {m}")
+    return (ss << 6) | ((index.num & 7) << 3)
+
+
+def _disp32(buf: bytearray, disp: int, m: Mem) -> None:
+    if not -0x80000000 <= disp <= 0x7FFFFFFF:
+        raise EncodingError(f"displacement does not fit in 32 bits: {m}")
+    buf += (disp & 0xFFFFFFFF).to_bytes(4, "little")
+
+
+def _mem_xb(m: Mem) -> tuple[int, int]:
+    """(X, B): bit 3 of the index and of the base register."""
+    i = m.index
+    b = m.base
+    return ((i.num >> 3) & 1 if i is not None else 0), (b.num >> 3 if type(b) is Gpr else 0)
+
+
+def _imm(buf: bytearray, f: Form, imm: int) -> None:
+    n = f.imm
+    buf += (imm & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+
+
+# ---------------------------------------------------------------------------------------------
+# Prefix-kind encoders: reg (ModRM.reg number or /digit), v (VEX.vvvv number, 0 if none),
+# rm (register or Mem, None for no ModRM), imm (int or None), dst (operand 0, for masking)
+# ---------------------------------------------------------------------------------------------
+
+def encode_legacy(f: Form, buf: bytearray, reg: int, v: int, rm, imm, dst) -> Mem | None:
+    r = f.rex | ((reg >> 1) & 4)                      # REX.R
+    if type(rm) is Mem:
+        i = rm.index
+        b = rm.base
+        if i is not None:
+            r |= (i.num >> 2) & 2                      # REX.X
+        if type(b) is Gpr:
+            r |= b.num >> 3                            # REX.B
+    else:
+        r |= rm.num >> 3
+        if f.byte_regs and 4 <= rm.num < 8 and rm.bits == 8:
+            r |= 0x40                                  # spl/bpl/sil/dil, not ah/ch/dh/bh
+    if f.byte_regs and 4 <= reg < 8 and f.digit < 0 and (f.openc == "MR" or dst.bits == 8):
+        r |= 0x40                                      # ModRM.reg is a byte register (88/8A)
+    if f.mandatory:
+        buf += f.mandatory
+    if r:
+        buf.append(r | 0x40)
+    buf += f.opcode
+    if type(rm) is Mem:
+        fix = modrm_mem(buf, reg, rm, 1)
+    else:
+        buf.append(0xC0 | ((reg & 7) << 3) | (rm.num & 7))
+        fix = None
+    if imm is not None:
+        _imm(buf, f, imm)
+    return fix
+
+
+def encode_vex(f: Form, buf: bytearray, reg: int, v: int, rm, imm, dst) -> Mem | None:
+    t = type(rm)
+    if t is Mem:
+        i = rm.index
+        b = rm.base
+        xb = ((i.num >> 2) & 2 if i is not None else 0) | (b.num >> 3 if type(b) is Gpr else 0)
+    elif rm is None:
+        xb = 0
+    else:
+        xb = rm.num >> 3
+    r = (reg >> 3) & 1
+    if xb == 0 and f.vex2_ok:
+        buf += bytes((0xC5, f.t2 ^ (r << 7) ^ (v << 3), f.opcode[0]))
+    else:
+        buf += bytes((0xC4, f.t0 ^ (r << 7) ^ (xb << 5), f.t1 ^ (v << 3), f.opcode[0]))
+    if rm is None:
+        return None
+    if t is Mem:
+        fix = modrm_mem(buf, reg, rm, 1)
+    else:
+        buf.append(0xC0 | ((reg & 7) << 3) | (rm.num & 7))
+        fix = None
+    if imm is not None:
+        buf.append(imm & 0xFF)
+    return fix
+
+
+def encode_evex(f: Form, buf: bytearray, reg: int, v: int, rm, imm, dst) -> Mem | None:
+    p0 = f.t0 ^ (((reg >> 3) & 1) << 7) ^ (((reg >> 4) & 1) << 4)     # R̄, R̄'
+    p1 = f.t1 ^ ((v & 15) << 3)                                      # v̄vvv
+    p2 = f.t2 ^ (((v >> 4) & 1) << 3)                                # V̄'
+    if type(rm) is Mem:
+        i = rm.index
+        b = rm.base
+        if i is not None:
+            p0 ^= ((i.num >> 3) & 1) << 6                            # X̄
+        if type(b) is Gpr:
+            p0 ^= (b.num >> 3) << 5                                  # B̄
+        if rm.broadcast:
+            p2 |= 0x10                                               # EVEX.b: {1toN}
+            n = f.bcst_n
+        else:
+            n = f.mem_n
+        mk = rm.mask if rm is dst else None
+    else:
+        rn = rm.num
+        p0 ^= (((rn >> 4) & 1) << 6) ^ (((rn >> 3) & 1) << 5)         # X̄ is bit 4 for a register rm
+        n = 0
+        mk = None
+    if type(dst) is Vec:
+        mk = dst.mask
+        if dst.zeroing:
+            if not f.zero_ok:
+                raise EncodingError(f"{f.mnemonic} {f.operands}: zeroing-masking {{z}} not allowed here")
+            p2 |= 0x80
+    if mk is not None:
+        if mk.num == 0:                 # aaa = 000 means "no mask" (SDM §2.7.1); k0 is no write mask
+            raise EncodingError(f"{f.mnemonic} {f.operands}: k0 cannot be used as a write mask")
+        p2 |= mk.num
+    buf += bytes((0x62, p0, p1, p2, f.opcode[0]))
+    if n:
+        fix = modrm_mem(buf, reg, rm, n)
+    else:
+        buf.append(0xC0 | ((reg & 7) << 3) | (rm.num & 7))
+        fix = None
+    if imm is not None:
+        buf.append(imm & 0xFF)
+    return fix
+
+
+CORES = {"legacy": encode_legacy, "vex": encode_vex, "evex": encode_evex}
+
+
+# ---------------------------------------------------------------------------------------------
+# One encoder per Op/En class (SDM "Instruction Operand Encoding" tables)
+# ---------------------------------------------------------------------------------------------
+
+def enc_rm(f, buf, ops, core):      # reg <- r/m
+    return core(f, buf, ops[0].num, 0, ops[1], None, ops[0])
+
+
+def enc_mr(f, buf, ops, core):      # r/m <- reg
+    return core(f, buf, ops[1].num, 0, ops[0], None, ops[0])
+
+
+def enc_rmi(f, buf, ops, core):     # reg <- r/m, imm8
+    return core(f, buf, ops[0].num, 0, ops[1], ops[2], ops[0])
+
+
+def enc_mri(f, buf, ops, core):     # r/m <- reg, imm8 (vextractf128, vcvtps2ph)
+    return core(f, buf, ops[1].num, 0, ops[0], ops[2], ops[0])
+
+
+def enc_mi(f, buf, ops, core):      # r/m, imm with /digit in ModRM.reg
+    return core(f, buf, f.digit, 0, ops[0], ops[1], ops[0])
+
+
+def enc_m(f, buf, ops, core):       # r/m with /digit
+    return core(f, buf, f.digit, 0, ops[0], None, ops[0])
+
+
+def enc_mc(f, buf, ops, core):      # r/m, CL (shift count must be cl)
+    if ops[1].num != 1:
+        raise EncodingError(f"{f.mnemonic} {f.operands}: the count register must be cl, got {ops[1].name}")
+    return core(f, buf, f.digit, 0, ops[0], None, ops[0])
+
+
+def enc_rvm(f, buf, ops, core):     # reg <- vvvv, r/m
+    return core(f, buf, ops[0].num, ops[1].num, ops[2], None, ops[0])
+
+
+def enc_mvr(f, buf, ops, core):     # r/m <- vvvv, reg (vmaskmovps store)
+    return core(f, buf, ops[2].num, ops[1].num, ops[0], None, ops[0])
+
+
+def enc_rvmi(f, buf, ops, core):    # reg <- vvvv, r/m, imm8
+    return core(f, buf, ops[0].num, ops[1].num, ops[2], ops[3], ops[0])
+
+
+def enc_rvmr(f, buf, ops, core):    # reg <- vvvv, r/m, is4: register number in imm8[7:4] (SDM §2.3.9)
+    return core(f, buf, ops[0].num, ops[1].num, ops[2], ops[3].num << 4, ops[0])
+
+
+def enc_vmi(f, buf, ops, core):     # vvvv <- r/m, imm8 with /digit (vpslld ymm, ymm, imm8)
+    return core(f, buf, f.digit, ops[0].num, ops[1], ops[2], ops[0])
+
+
+def enc_o(f, buf, ops, core):       # opcode + rd: register in the low 3 opcode bits, REX.B
+    n = ops[0].num
+    if f.rex or n >= 8:
+        buf.append(f.rex | 0x40 | (n >> 3))
+    buf += f.opcode[:-1]
+    buf.append(f.opcode[-1] + (n & 7))
+    return None
+
+
+def enc_oi(f, buf, ops, core):      # opcode + rd, imm32/imm64
+    enc_o(f, buf, ops, core)
+    _imm(buf, f, ops[1])
+    return None
+
+
+def enc_zo(f, buf, ops, core):      # no operands
+    if f.prefix == "vex":
+        return encode_vex(f, buf, 0, 0, None, None, None)
+    buf += f.opcode
+    return None
+
+
+def enc_d(f, buf, ops, core):       # branch with a known displacement (the assembler's relaxation uses this)
+    rel = ops[0]
+    buf += f.opcode
+    buf += (rel & ((1 << (8 * f.rel)) - 1)).to_bytes(f.rel, "little")
+    return None
+
+
+ENCODERS = {
+    "RM": enc_rm, "MR": enc_mr, "RMI": enc_rmi, "MRI": enc_mri, "MI": enc_mi, "M": enc_m, "MC": enc_mc,
+    "RVM": enc_rvm, "MVR": enc_mvr, "RVMI": enc_rvmi, "RVMR": enc_rvmr, "VMI": enc_vmi,
+    "O": enc_o, "OI": enc_oi, "ZO": enc_zo, "D": enc_d,
+}
+
+
+def encode(form: Form, *ops) -> bytes:
+    """Encode one instruction with a given form (no form choice, no labels): for tests and tools.
+
+    A rip-relative Mem with a label gets a zero disp32; branches take the displacement as an int.
+    """
+    buf = bytearray()
+    ENCODERS[form.openc](form, buf, ops, CORES[form.prefix])
+    return bytes(buf)
