@@ -3,5 +3,18 @@ from .errors import (  # noqa: F401
     ArgumentError, BoundsError, DTypeError, EncodingError, LoopstackError, ScheduleError,
     ShapeError, SymbolError, UnsupportedError,
 )
+from .frontend import (  # noqa: F401
+    Action, Expr, LoopTree, Size, Symbol, SymbolGenerator, Tensor, abs, apply_actions, deserialize,
+    einsum, exp, log, map_ref, neg, nn, reciprocal, serialize, sqrt, symbols,
+)
+from .frontend.run import default_target  # noqa: F401
 
+Var = Symbol  # the paper's spelling (Fig. 2)
 __version__ = "0.1.0"
+
+
+def compile(tensor_or_tree, target=None):  # noqa: A001 - the natural name
+    """A Kernel for a Tensor (its current schedule) or a frontend LoopTree."""
+    if isinstance(tensor_or_tree, LoopTree):
+        return tensor_or_tree.compile(target)
+    return tensor_or_tree.compile(target)

@@ -94,29 +94,28 @@ class Emitter:
 
     # -- masks -----------------------------------------------------------------
     def mask(self, lanes: int):
-        m = self._masks.get(lanes)
-        if m is not None:
-            return m
+        """The mask of the first `lanes` lanes: an opmask register (AVX-512), or a vector
+        register (AVX2) kept in the load cache, so it is reused while registers are free
+        and simply reloaded after an eviction."""
         if self.avx512:
-            k = K[1 + len(self._masks) % 6]   # k7 is the blend mask
-            self.asm.emit("mov", Gpr(0, 32), (1 << lanes) - 1)
-            self.asm.emit("kmovw", k, Gpr(0, 32))
-            m = k
-        else:
-            data = struct.pack("<8i", *([-1] * lanes + [0] * (8 - lanes)))
+            k = self._masks.get(lanes)
+            if k is None:
+                k = self._masks[lanes] = K[1 + len(self._masks) % 6]   # k7 is the blend mask
+                self.asm.emit("mov", Gpr(0, 32), (1 << lanes) - 1)
+                self.asm.emit("kmovw", k, Gpr(0, 32))
+            return k
+        key = ("mask", lanes)
+        reg = self.regs.cache.get(key)
+        if reg is None:
             reg = self.regs.alloc()
-            self.regs.pinned.add(reg)
+            data = struct.pack("<8i", *([-1] * lanes + [0] * (8 - lanes)))
             self.asm.emit("vmovups", Vec(reg, 256), self.asm.const(data, align=32))
-            m = Vec(reg, 256)
-        self._masks[lanes] = m
-        return m
+            self.regs.cache[key] = reg
+            self.regs.uses[key] = 1 << 30
+        return Vec(reg, 256)
 
     def drop_masks(self) -> None:
-        """Give AVX2 mask registers back (at the end of the region that used them)."""
-        if not self.avx512:
-            for m in self._masks.values():
-                self.regs.pinned.discard(m.num)
-                self.regs.release(m.num)
+        """Forget AVX-512 mask registers (their setup is emitted per straight-line region)."""
         self._masks.clear()
 
     # -- loads -----------------------------------------------------------------
@@ -310,9 +309,8 @@ class Emitter:
 
     def _unpin(self, *vals: Val) -> None:
         """Unpin operands, except registers that are pinned for good (AVX2 masks, accumulators)."""
-        keep = {m.num for m in self._masks.values()} if not self.avx512 else set()
         for v in vals:
-            if v.reg is not None and v.reg not in keep and v.reg not in self.long_pins:
+            if v.reg is not None and v.reg not in self.long_pins:
                 self.regs.pinned.discard(v.reg)
 
     def operand(self, val: Val, shape: Shape):
@@ -358,11 +356,15 @@ class Emitter:
             self.asm.emit("kmovw", inv, Gpr(0, 32))
             self.asm.emit("vmovups", Vec(val.reg, 512).masked(inv), ident.with_bits(512))
         else:
-            mask = self.mask(shape.lanes)          # may take a register: before the scratch one
+            self.regs.pinned.add(val.reg)
             t = self.regs.alloc()
+            self.regs.pinned.add(t)
             self.asm.emit("vmovups", Vec(t, 256), ident.with_bits(256))
+            mask = self.mask(shape.lanes)
             # vblendvps takes src2 where the mask is set: the tail lanes keep the value
             self.asm.emit("vblendvps", Vec(val.reg, 256), Vec(t, 256), Vec(val.reg, 256), mask)
+            self.regs.pinned.discard(t)
+            self.regs.pinned.discard(val.reg)
             self.regs.release(t)
 
     def hreduce(self, acc: int, reduce: str) -> None:

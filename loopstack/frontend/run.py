@@ -1,0 +1,134 @@
+"""From a Tensor to results: unify, canonicalise, schedule, lower, compile (cached), run.
+
+The compile cache is keyed by the structural identity of (graph, schedule, target):
+re-building the same program, or calling `.numpy()` again, does not recompile.
+`target=None` picks the x86 backend when it is importable and runs on this CPU, else
+the reference interpreter.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ArgumentError, ScheduleError, UnsupportedError
+from .graph import canonicalize, toposort
+from .tree import LoopTree, default_schedule
+from .unify import unify
+
+
+@dataclass
+class Program:
+    graph: object
+    reads: list          # DSL read nodes, in input order
+    node: object         # the DSL node this was built from (invalidates on rebinding)
+
+
+_programs_key = "_program"
+_CACHE: dict = {}        # (graph, schedule, target) -> (Kernel, lowered tree)
+_CACHE_LIMIT = 256
+_default_target = None
+
+
+def program(t) -> Program:
+    c = t._cache
+    if c is not None and c.node is t._node:
+        return c
+    nodes = toposort(t._node)
+    sizes = unify(nodes)
+    graph, reads = canonicalize(t._node, sizes.val)
+    for n in nodes:   # record what was deduced about inputs (loop_tool: W.unify(); Z.shape)
+        if n.op == "read":
+            have = {s for s, _, _ in n.known}
+            n.known += [(s, sizes.get(s), "inferred from use") for s in n.vars if s not in have]
+    t._cache = Program(graph, reads, t._node)
+    t._compiled = None
+    return t._cache
+
+
+def loop_tree(t) -> LoopTree:
+    prog = program(t)
+    sched = getattr(t, "_schedule", None)
+    if sched is not None and sched.graph_base == prog.graph:
+        return sched
+    return LoopTree(prog.graph, default_schedule(prog.graph))
+
+
+def apply_schedule(t, tree: LoopTree) -> None:
+    prog = program(t)
+    base = LoopTree(prog.graph, default_schedule(prog.graph))
+    if _strip_copies(tree.graph) != _strip_copies(prog.graph):
+        raise ScheduleError("set: this loop tree schedules a different program "
+                            f"(its graph:\n{tree.graph}\nthis tensor's:\n{prog.graph})")
+    tree.graph_base = prog.graph
+    t._schedule = tree
+    t._compiled = None
+    del base
+
+
+def _strip_copies(g):
+    """A graph without staging copies (what scheduling does not change)."""
+    return tuple((n.op, n.fn, n.vars, n.view, n.pad, n.value, n.arg, n.flat, n.dtype)
+                 for n in g.nodes if n.op != "copy" or not n.inputs) + (g.sizes,)
+
+
+def default_target():
+    """"x86" when the x86 backend imports and supports this CPU, else "interp"."""
+    global _default_target
+    if _default_target is None:
+        try:
+            import loopstack.backend.x86.compile  # noqa: F401
+            from ..isa import cpu
+
+            _default_target = "x86" if getattr(cpu, "supported", lambda: True)() else "interp"
+        except (ImportError, UnsupportedError, AttributeError):
+            _default_target = "interp"
+    return _default_target
+
+
+def compile_tree(tree: LoopTree, target=None):
+    from .. import backend
+
+    tgt = default_target() if target is None else target
+    key = (tree.key(), tgt)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    ir = tree.lower()
+    kernel = backend.compile(ir, target=None if tgt == "x86" else tgt)
+    if len(_CACHE) >= _CACHE_LIMIT:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = kernel
+    return kernel
+
+
+def compiled(t, target=None):
+    c = getattr(t, "_compiled", None)
+    if c is not None and c[1] == target and t._cache is not None and t._cache.node is t._node:
+        return c[0], c[2], c[3]
+    prog = program(t)
+    tree = loop_tree(t)
+    kernel = compile_tree(tree, target)
+    out = prog.graph.output
+    shape = tuple(prog.graph.size(v) for v in out.vars)
+    dt = np.dtype(out.dtype)
+    t._compiled = (kernel, target, prog.reads, (shape, dt))
+    return kernel, prog.reads, (shape, dt)
+
+
+def execute(t, target=None) -> np.ndarray:
+    kernel, reads, (shape, dt) = compiled(t, target)
+    args = []
+    for k, r in enumerate(reads):
+        if r.data is None:
+            raise ArgumentError(f"input {k} [{', '.join(v.name for v in r.vars)}] has no data: "
+                                "bind it with .set(array)")
+        args.append(r.data)
+    # reuse the last result's memory when the caller dropped it (no fresh pages to fault in)
+    out = getattr(t, "_out", None)
+    if out is None or sys.getrefcount(out) > 3 or out.shape != shape or out.dtype != dt:
+        out = np.empty(shape, dt)
+        t._out = out
+    kernel(*args, out)
+    return out

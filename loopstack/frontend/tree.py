@@ -1,0 +1,383 @@
+"""Schedules and the frontend loop tree (paper §4.3, loop_tool's LoopTree).
+
+Each scheduled node of the graph carries a `NodeSchedule`: its loop order as
+`(var, size, tail)` entries (outermost first; a var split in two appears twice, the
+inner entries giving the step of the outer ones), the loop depths at which it must
+not reuse an open loop, loop annotations, a priority (its place among nodes that do
+not depend on each other) and the layout of the buffer it writes.
+
+The tree is built by a topological walk that keeps the path of open loops and lets
+each node reuse the longest matching prefix of it (loop fusion), never reusing a
+loop over a variable that a producer it depends on reduces inside that loop:
+
+    for m in 64 : L0
+     for k in 32 : L1
+      for n in 16 : L2
+       %2[m, k, n] <- multiply(%0, %1)
+       %3[m, n] <- add(%2)
+
+Refs (`L0`, ...) number loops and nodes in pre-order, as loop_tool does.  The tree is
+immutable; the mutations in `mutate.py` return new trees (and record themselves in
+`tree.actions`, so that a schedule replays on the unscheduled program).
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+
+from ..errors import ScheduleError
+from .graph import SCHEDULED, Graph
+
+Entry = tuple  # (var, size, tail)
+
+
+@dataclass(frozen=True)
+class NodeSchedule:
+    order: tuple[Entry, ...]
+    priority: float
+    layout: tuple[str, ...]
+    disabled: frozenset = frozenset()            # depths whose loop must not be reused
+    annotations: tuple[tuple[int, str], ...] = ()  # (depth, "unroll" | "vectorize" | "parallel")
+
+    def annotation(self, depth: int) -> str:
+        for d, a in self.annotations:
+            if d == depth:
+                return a
+        return ""
+
+
+def default_schedule(graph: Graph) -> tuple[tuple[int, NodeSchedule], ...]:
+    out = []
+    for n in graph.nodes:
+        if n.op in SCHEDULED:
+            order = tuple((v, graph.size(v), 0) for v in graph.domain(n))
+            out.append((n.id, NodeSchedule(order, float(n.id), n.vars)))
+    return tuple(out)
+
+
+def steps(order) -> list[int]:
+    """The step (elements per iteration) of each entry: the extent of the inner entries over its var."""
+    ext: dict[str, int] = {}
+    res = [0] * len(order)
+    for i in range(len(order) - 1, -1, -1):
+        v, s, t = order[i]
+        inner = ext.get(v, 1)
+        res[i] = inner
+        ext[v] = s * inner + t
+    return res
+
+
+def extents(order) -> dict[str, int]:
+    ext: dict[str, int] = {}
+    for v, s, t in reversed(order):
+        ext[v] = s * ext.get(v, 1) + t
+    return ext
+
+
+def check_order(graph: Graph, node, order) -> None:
+    dom = graph.domain(node)
+    ext = extents(order)
+    for v, s, t in order:
+        if v not in dom:
+            raise ScheduleError(f"%{node.id}: loop over {v}, which is not one of its dimensions "
+                                f"[{', '.join(dom)}]")
+        if s < 1 or t < 0:
+            raise ScheduleError(f"%{node.id}: loop over {v} of size {s} tail {t}: sizes must be >= 1")
+    for v in dom:
+        if ext.get(v) != graph.size(v):
+            raise ScheduleError(f"%{node.id}: the loops over {v} cover {ext.get(v, 0)} elements, "
+                                f"but {v} has {graph.size(v)}")
+
+
+@dataclass
+class Item:
+    ref: int
+    kind: str                  # "loop" or "node"
+    parent: int                # ref, -1 at the root
+    depth: int
+    children: list
+    entry: Entry = None        # loop
+    annotation: str = ""       # loop
+    node: int = -1             # node id (leaf)
+    leaves: list = None        # loop: node ids below
+
+
+def dependencies(graph: Graph) -> tuple[dict, dict]:
+    """For each scheduled node: the scheduled nodes it reads directly (through views), and
+    for each of them the dimensions along which it does not read the value at its own
+    point (a shifted or windowed view): a loop over such a dimension cannot be shared."""
+    deps: dict[int, set] = {}
+    shifted: dict[int, dict] = {}
+
+    def walk(i, idx, acc):
+        n = graph.node(i)
+        if n.op in ("read", "const"):
+            return                      # inputs and constants are always available
+        if n.op in SCHEDULED:
+            bad = {v for v in n.vars if idx.get(v) != ({v: 1}, 0)}
+            acc.setdefault(i, set()).update(bad)
+            return
+        if n.op == "view":
+            src = graph.node(n.inputs[0])
+            new = {}
+            for v, (terms, const) in zip(src.vars, n.view):
+                t, c = {}, const
+                for name, k in terms:
+                    sub_t, sub_c = idx.get(name, ({name: 1}, 0))
+                    for x, y in sub_t.items():
+                        t[x] = t.get(x, 0) + k * y
+                    c += k * sub_c
+                new[v] = ({x: y for x, y in t.items() if y}, c)
+            walk(n.inputs[0], new, acc)
+        for j in (n.inputs if n.op != "view" else ()):
+            walk(j, {}, acc)
+
+    for n in graph.nodes:
+        if n.op in SCHEDULED:
+            acc: dict = {}
+            for j in n.inputs:
+                walk(j, {v: ({v: 1}, 0) for v in graph.domain(n)}, acc)
+            deps[n.id] = set(acc)
+            shifted[n.id] = acc
+    return deps, shifted
+
+
+def sequence(graph: Graph, sched: dict, deps: dict) -> list[int]:
+    """Kahn's topological order, lowest priority first among ready nodes."""
+    users: dict[int, list] = {i: [] for i in deps}
+    indeg = {i: len(d) for i, d in deps.items()}
+    for i, d in deps.items():
+        for j in d:
+            users[j].append(i)
+    ready = [(sched[i].priority, i) for i, k in indeg.items() if k == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        out.append(i)
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, (sched[u].priority, u))
+    return out
+
+
+class LoopTree:
+    """An immutable loop tree over a graph and its schedule."""
+
+    def __init__(self, graph: Graph, schedule, actions=()):
+        self.graph = graph
+        self.schedule = tuple(sorted(schedule, key=lambda p: p[0]))
+        self.actions = tuple(actions)
+        self._sched = dict(self.schedule)
+        self._deps, self._shifted = dependencies(graph)
+        for n in graph.nodes:
+            if n.op in SCHEDULED:
+                check_order(graph, n, self._sched[n.id].order)
+        self._build()
+
+    # ------------------------------------------------------------------ construction
+    def _build(self):
+        g, sched = self.graph, self._sched
+        self.sequence = sequence(g, sched, self._deps)
+        reduces = {i: set(g.reduced(g.node(i))) for i in self.sequence}
+        trans: dict[int, set] = {}
+        for i in self.sequence:        # transitive dependencies
+            t = set(self._deps[i])
+            for j in self._deps[i]:
+                t |= trans[j]
+            trans[i] = t
+        roots: list = []
+        loops: list = []            # loop nodes as nested dicts
+        open_path: list = []        # the currently open loops
+        self._paths: dict[int, list] = {}
+        for i in self.sequence:
+            ns = sched[i]
+            k = 0
+            while k < len(open_path) and k < len(ns.order):
+                L = open_path[k]
+                if L["entry"] != ns.order[k] or k in ns.disabled:
+                    break
+                v = L["entry"][0]
+                if any(v in reduces[j] for j in L["nodes"] if j in trans[i]):
+                    break
+                if any(v in self._shifted[i].get(j, ()) for j in L["nodes"]):
+                    break
+                k += 1
+            path = open_path[:k]
+            for d in range(k, len(ns.order)):
+                L = {"entry": ns.order[d], "children": [], "nodes": set(), "ann": ns.annotation(d),
+                     "uid": len(loops)}
+                loops.append(L)
+                (path[-1]["children"] if path else roots).append(L)
+                path.append(L)
+            leaf = {"node": i}
+            (path[-1]["children"] if path else roots).append(leaf)
+            for L in path:
+                L["nodes"].add(i)
+            open_path = path
+        items: list[Item] = []
+
+        def walk(n, parent, depth):
+            ref = len(items)
+            if "node" in n:
+                items.append(Item(ref, "node", parent, depth, [], node=n["node"]))
+                return ref, [n["node"]]
+            it = Item(ref, "loop", parent, depth, [], entry=n["entry"], annotation=n["ann"])
+            items.append(it)
+            leaves = []
+            for c in n["children"]:
+                r, lv = walk(c, ref, depth + 1)
+                it.children.append(r)
+                leaves += lv
+            it.leaves = leaves
+            return ref, leaves
+
+        self.roots = [walk(r, -1, 0)[0] for r in roots]
+        self.items = items
+        self._leaf = {it.node: it.ref for it in items if it.kind == "node"}
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def kind(self, ref: int) -> str:
+        return self.item(ref).kind
+
+    def item(self, ref: int) -> Item:
+        if not isinstance(ref, int) or not 0 <= ref < len(self.items):
+            raise ScheduleError(f"no loop or node with ref {ref} (the tree has refs 0..{len(self.items) - 1})")
+        return self.items[ref]
+
+    def loop(self, ref: int) -> Item:
+        it = self.item(ref)
+        if it.kind != "loop":
+            raise ScheduleError(f"ref {ref} is a node (%{it.node}), not a loop")
+        return it
+
+    def leaf(self, ref: int) -> Item:
+        it = self.item(ref)
+        if it.kind != "node":
+            raise ScheduleError(f"ref {ref} is a loop, not a node")
+        return it
+
+    @property
+    def loops(self) -> list[int]:
+        return [it.ref for it in self.items if it.kind == "loop"]
+
+    @property
+    def nodes(self) -> list[int]:
+        return [it.ref for it in self.items if it.kind == "node"]
+
+    def children(self, ref: int) -> list[int]:
+        return list(self.item(ref).children)
+
+    def parent(self, ref: int) -> int:
+        return self.item(ref).parent
+
+    def ir_node(self, ref: int) -> int:
+        return self.leaf(ref).node
+
+    def ref_of(self, node_id: int) -> int:
+        return self._leaf[node_id]
+
+    def path(self, ref: int) -> list[int]:
+        """Loop refs enclosing `ref`, outermost first."""
+        out = []
+        p = self.item(ref).parent
+        while p != -1:
+            out.append(p)
+            p = self.items[p].parent
+        return out[::-1]
+
+    def node_schedule(self, node_id: int) -> NodeSchedule:
+        return self._sched[node_id]
+
+    def leaves_under(self, ref: int) -> list[int]:
+        it = self.item(ref)
+        return [it.node] if it.kind == "node" else list(it.leaves)
+
+    def next_ref(self, ref: int):
+        self.item(ref)
+        return ref + 1 if ref + 1 < len(self.items) else None
+
+    def previous_ref(self, ref: int):
+        self.item(ref)
+        return ref - 1 if ref > 0 else None
+
+    def key(self) -> tuple:
+        """Structural identity of the program and its schedule (cache key)."""
+        return (self.graph, self.schedule)
+
+    # ------------------------------------------------------------------ printing
+    def loop_name(self, ref: int) -> str:
+        it = self.loop(ref)
+        v = it.entry[0]
+        primes = sum(1 for p in self.path(ref) if self.items[p].entry[0] == v)
+        return v + "'" * primes
+
+    def dump(self, callback=None) -> str:
+        lines = []
+        for it in self.items:
+            pad = " " * it.depth
+            if it.kind == "loop":
+                v, s, t = it.entry
+                line = f"{pad}for {self.loop_name(it.ref)} in {s}{f' r {t}' if t else ''} : L{it.ref}"
+                if it.annotation:
+                    line += f" [{it.annotation}]"
+            else:
+                line = f"{pad}{self.graph.node(it.node)}"
+            if callback is not None:
+                extra = callback(it.ref)
+                if extra:
+                    line += f" {extra}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.dump()
+
+    __repr__ = __str__
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, LoopTree) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    # ------------------------------------------------------------------ mutations
+    def _with(self, graph=None, sched=None, action=None) -> "LoopTree":
+        g = graph if graph is not None else self.graph
+        s = sched if sched is not None else self._sched
+        acts = self.actions + ((action,) if action is not None else ())
+        return LoopTree(g, tuple(s.items()), acts)
+
+    def replace_node_schedule(self, node_id: int, **kw) -> dict:
+        s = dict(self._sched)
+        s[node_id] = replace(s[node_id], **kw)
+        return s
+
+    def __getattr__(self, name):
+        # schedule primitives live in mutate.py: tree.split(ref, 4) == mutate.split(tree, ref, 4)
+        from . import mutate
+
+        fn = mutate.PRIMITIVES.get(name)
+        if fn is None:
+            raise AttributeError(name)
+        return lambda *a: fn(self, *a)
+
+    # ------------------------------------------------------------------ compilation
+    def lower(self):
+        from .lower import lower
+
+        return lower(self)
+
+    def compile(self, target=None):
+        from .run import compile_tree
+
+        return compile_tree(self, target)
+
+    def flops(self) -> int:
+        from ..looptree.stats import flops  # noqa: F401 - optional helper
+
+        return flops(self.lower())
