@@ -27,7 +27,7 @@ from ..looptree.ir import (
     REDUCE_IDENTITY, Acc, Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree,
     Unary,
 )
-from .analysis import block_footprint, chain_below, indexes_output, reads_output, reduction_loops
+from .analysis import block_footprint, indexes_output, perfect_statement, reads_output, reduction_loops
 
 # ---------------------------------------------------------------------------
 # padding
@@ -142,9 +142,10 @@ def init_post_fusable(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute,
         max_acc = max_acc(stmt)
     ranges: dict[str, int] = {}
     for i, lp in enumerate(stack):
-        if chain_below(lp)[-1] is stack[-1] and len(chain_below(lp)) == len(stack) - i:
-            if any(x is red[0] for x in stack[i:]) and block_footprint(tree, lp, stmt, ranges, lanes, max_acc) <= max_acc:
-                return True
+        # a register block holds exactly one statement: the loop must enclose nothing else
+        if perfect_statement(lp) is stmt and any(x is red[0] for x in stack[i:]) \
+                and block_footprint(tree, lp, stmt, ranges, lanes, max_acc) <= max_acc:
+            return True
         rng = ranges.get(lp.dim, tree.dim_size(lp.dim))
         ranges[lp.dim] = min(lp.step, rng)
     return False
@@ -166,63 +167,65 @@ def _substitute_acc(e, value):
     return e
 
 
-def split_init_post(tree: LoopTree, lanes: int, max_acc: int) -> LoopTree:
-    """Move init/post out of statements whose reduction cannot be kept in registers."""
+def split_init_post(tree: LoopTree, lanes: int, max_acc) -> LoopTree:
+    """Move init/post out of statements whose reduction cannot be kept in registers.
+
+    The init nest goes right before the statement's outermost reduction loop, the post
+    nest right after it; both iterate the output loops found between that loop and the
+    statement. Other statements in the loop are untouched."""
     counter = [0]
+
+    def needs_split(stack, stmt) -> bool:
+        return (stmt.reduce is not None and (stmt.init is not None or stmt.post is not None)
+                and not init_post_fusable(tree, stack, stmt, lanes, max_acc))
 
     def rebuild(nodes, stack):
         out = []
         for node in nodes:
-            if isinstance(node, Loop):
-                stmt = _only_statement(node)
-                if stmt is not None and stmt.reduce is not None and (stmt.init is not None or stmt.post is not None):
-                    full_stack = stack + tuple(chain_below(node))
-                    if not init_post_fusable(tree, full_stack, stmt, lanes, max_acc) and \
-                            reduction_loops(stmt, full_stack)[0] is node:
-                        out.extend(_split_here(stmt, full_stack[len(stack):], counter))
-                        continue
-                node = replace(node, body=tuple(rebuild(node.body, stack + (node,))))
-            out.append(node)
+            if isinstance(node, Compute):
+                out.append(node)
+                continue
+            here = stack + (node,)
+            todo = [(st, s) for st, s in _computes_under(node, here)
+                    if needs_split(st, s) and reduction_loops(s, st)[0] is node]
+            new = replace(node, body=tuple(rebuild(node.body, here)))
+            if not todo:
+                out.append(new)
+                continue
+            pre, post = [], []
+            for st, stmt in todo:
+                inner_out = [lp for lp in st[len(stack):] if indexes_output(stmt, lp)]
+                if stmt.init is not None:
+                    pre.append(_nest(inner_out, Compute(f"{stmt.name}_init", stmt.out, _init_expr(stmt)), counter))
+                if stmt.post is not None:
+                    post.append(_nest(inner_out, Compute(
+                        f"{stmt.name}_post", stmt.out, _substitute_acc(stmt.post, Load(stmt.out))), counter))
+                new = _replace_statement(new, stmt, replace(stmt, init=None, post=None))
+            out.extend(pre)
+            out.append(new)
+            out.extend(post)
         return out
 
-    result = LoopTree(tree.buffers, tree.dims, tuple(rebuild(tree.body, ())))
-    for stack, stmt in result.computes():
-        if stmt.reduce is not None and (stmt.init is not None or stmt.post is not None) and \
-                not init_post_fusable(result, stack, stmt, lanes, max_acc):
-            raise UnsupportedError(
-                f"statement '{stmt.name}': its init/post cannot be fused into a register block and "
-                "its outermost reduction loop is shared with other statements; give the reduction "
-                "its own nest")
-    return result
+    return LoopTree(tree.buffers, tree.dims, tuple(rebuild(tree.body, ())))
 
 
-def _only_statement(loop: Loop) -> Compute | None:
-    node = loop
-    while isinstance(node, Loop):
-        if len(node.body) != 1:
-            return None
-        node = node.body[0]
+def _computes_under(node, stack):
+    if isinstance(node, Compute):
+        yield stack, node
+        return
+    for n in node.body:
+        yield from _computes_under(n, stack + (n,) if isinstance(n, Loop) else stack)
+
+
+def _replace_statement(node, old: Compute, new: Compute):
+    if isinstance(node, Compute):
+        return new if node is old else node
+    return replace(node, body=tuple(_replace_statement(n, old, new) for n in node.body))
+
+
+def _nest(loops, leaf: Compute, counter):
+    node = leaf
+    for lp in reversed(loops):
+        counter[0] += 1
+        node = Loop(f"{lp.var}_{leaf.name}{counter[0]}", lp.dim, lp.step, (node,))
     return node
-
-
-def _split_here(stmt: Compute, chain: tuple[Loop, ...], counter) -> list:
-    """init nest, bare reduction, post nest — for a chain that starts at the outermost reduction loop."""
-    inner_out = [lp for lp in chain if indexes_output(stmt, lp)]
-
-    def nest(leaf: Compute):
-        node = leaf
-        for lp in reversed(inner_out):
-            counter[0] += 1
-            node = Loop(f"{lp.var}_{leaf.name}{counter[0]}", lp.dim, lp.step, (node,))
-        return node
-
-    pieces = []
-    if stmt.init is not None:
-        pieces.append(nest(Compute(f"{stmt.name}_init", stmt.out, _init_expr(stmt))))
-    node = replace(stmt, init=None, post=None)
-    for lp in reversed(chain):
-        node = replace(lp, body=(node,))
-    pieces.append(node)
-    if stmt.post is not None:
-        pieces.append(nest(Compute(f"{stmt.name}_post", stmt.out, _substitute_acc(stmt.post, Load(stmt.out)))))
-    return pieces

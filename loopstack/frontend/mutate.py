@@ -304,6 +304,11 @@ def annotate(tree: LoopTree, ref: int, kind: str) -> LoopTree:
             if v in g.reduced(g.node(i)):
                 raise ScheduleError(f"annotate L{ref}: cannot parallelize loop {v}: %{i} reduces over {v}, "
                                     "so the iterations would race on its output")
+    if kind == "parallel" and it.depth != 0:
+        raise ScheduleError(f"annotate L{ref}: only an outermost loop can run in parallel "
+                            f"({v} is nested {it.depth} deep)")
+    if kind == "vectorize" and any(tree.kind(c) == "loop" for c in tree.children(ref)):
+        raise ScheduleError(f"annotate L{ref}: only an innermost loop can be vectorized ({v} has inner loops)")
     d = it.depth
 
     def f(i, ns):

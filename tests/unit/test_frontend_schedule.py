@@ -1,4 +1,5 @@
 """Loop trees, schedule primitives, the loop_tool bugs that must not exist, random schedules."""
+import re
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -246,4 +247,11 @@ def test_random_schedules_match_unscheduled(name, acts):
     tree = _apply(lt.LoopTree(T.ir, default_schedule(T.ir)), acts)
     T.set(tree)
     np.testing.assert_allclose(T.numpy(target="interp"), ref, 1e-3, 1e-3)
+    try:
+        got = T.numpy(target="x86")
+    except lt.ScheduleError as e:
+        # a later mutation moved an annotated loop where it cannot be honoured: a clear error
+        assert re.search(r"vectoriz|parallel", str(e)), e
+    else:
+        np.testing.assert_allclose(got, ref, 1e-3, 1e-3)
     assert lt.deserialize(lt.serialize(tree)) == tree

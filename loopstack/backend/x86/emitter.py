@@ -51,6 +51,7 @@ class Emitter:
         self._masks: dict[int, object] = {}     # lanes -> Vec (AVX2) or MaskReg (AVX-512)
         self._maps: dict[Access, ByteMap] = {}
         self.long_pins: set[int] = set()        # accumulators of a memory-mode instance
+        self.versions: dict[str, int] = {}      # buffer -> stores so far in this region
 
     # -- registers and operands ------------------------------------------------
     def v(self, num: int, shape: Shape) -> Vec:
@@ -129,7 +130,10 @@ class Emitter:
         m = self.address(access, static)
         kind = self.load_kind(access, shape)
         lanes = shape.lanes if kind == "vec" else 0
-        return (m.base.num, m.disp, kind, lanes, self.tree.buffer(access.buffer).dtype)
+        # the buffer's version changes with every store to it, so a load after a store
+        # never hits the cache entry of the value before it
+        version = self.versions.get(access.buffer, 0)
+        return (m.base.num, m.disp, kind, lanes, self.tree.buffer(access.buffer).dtype, version)
 
     def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
         """The value of a read; a cached register, a memory operand, or a fresh register."""

@@ -453,7 +453,11 @@ class SegmentCompiler:
         em = self.em
         todo, self.pending = self.pending, []
         em.regs.flush_cache()
+        versions: dict[str, int] = {}
+        snapshots = []
         for ins in todo:
+            em.versions = dict(versions)
+            snapshots.append(em.versions)
             exprs = [ins.stmt.expr]
             if ins.acc is None:
                 if ins.stmt.post is not None:
@@ -461,11 +465,15 @@ class SegmentCompiler:
                 if isinstance(ins.stmt.init, (Load,)):
                     exprs.append(ins.stmt.init)
             em.count_loads(ins.stmt, ins.static, ins.shape, exprs)
-        for ins in todo:
+            if ins.acc is None:      # block accumulators are stored after the region
+                versions[ins.stmt.out.buffer] = versions.get(ins.stmt.out.buffer, 0) + 1
+        for ins, snap in zip(todo, snapshots):
+            em.versions = snap
             if ins.acc is not None:
                 em.accumulate(ins.acc, ins.stmt, ins.static, ins.shape, ins.blend)
             else:
                 self._memory_instance(ins)
+        em.versions = {}
         em.regs.flush_cache()
         em.drop_masks()
 
