@@ -110,28 +110,41 @@ class KernelBase:
         raise NotImplementedError
 
     # -- checks ----------------------------------------------------------
+    def _expected(self):
+        """Per parameter: (name, numpy dtype, shape, byte strides of dims > 1, is output)."""
+        exp = self.__dict__.get("_expected_cache")
+        if exp is None:
+            exp = []
+            for b in self.tree.arguments:
+                dt = _dtype(b.dtype).np
+                strides = tuple((d, st * dt.itemsize) for d, (n, st) in enumerate(zip(b.shape, b.strides)) if n > 1)
+                exp.append((b, dt, tuple(b.shape), strides, b.kind == "output"))
+            self._expected_cache = exp
+        return exp
+
     def check_arguments(self, arrays) -> None:
-        params = self.tree.arguments
+        params = self._expected()
         if len(arrays) != len(params):
-            names = ", ".join(b.name for b in params)
+            names = ", ".join(p[0].name for p in params)
             raise ArgumentError(f"the kernel takes {len(params)} array(s) ({names}), got {len(arrays)}")
-        for i, (a, b) in enumerate(zip(arrays, params)):
-            what = f"argument {i} ({b.name})"
-            if not isinstance(a, np.ndarray):
-                raise ArgumentError(f"{what} is a {type(a).__name__}, expected a numpy array")
-            want = _dtype(b.dtype).np
+        for i, (a, (b, want, shape, strides, is_out)) in enumerate(zip(arrays, params)):
+            if type(a) is not np.ndarray and not isinstance(a, np.ndarray):
+                raise ArgumentError(f"argument {i} ({b.name}) is a {type(a).__name__}, expected a numpy array")
             if a.dtype != want:
-                raise ArgumentError(f"{what} has dtype {a.dtype}, expected {want}")
-            if tuple(a.shape) != tuple(b.shape):
-                raise ArgumentError(f"{what} has shape {tuple(a.shape)}, expected {tuple(b.shape)}")
-            for d, (n, st) in enumerate(zip(b.shape, b.strides)):
-                if n > 1 and a.strides[d] != st * want.itemsize:
+                raise ArgumentError(f"argument {i} ({b.name}) has dtype {a.dtype}, expected {want}")
+            if a.shape != shape:
+                raise ArgumentError(f"argument {i} ({b.name}) has shape {tuple(a.shape)}, expected {shape}")
+            ast = a.strides
+            for d, st in strides:
+                if ast[d] != st:
                     layout = "C-contiguous" if b.strides == Buffer(b.name, b.dtype, b.shape, b.kind).strides \
                         else f"strides {list(b.strides)} (elements)"
-                    raise ArgumentError(f"{what} is not laid out as {layout}: strides {a.strides} bytes")
-            if b.kind == "output":
+                    raise ArgumentError(f"argument {i} ({b.name}) is not laid out as {layout}: "
+                                        f"strides {ast} bytes")
+            if is_out:
                 if not a.flags.writeable:
-                    raise ArgumentError(f"{what} is an output but is not writable")
+                    raise ArgumentError(f"argument {i} ({b.name}) is an output but is not writable")
                 for j, other in enumerate(arrays):
-                    if j != i and isinstance(other, np.ndarray) and np.may_share_memory(a, other):
-                        raise ArgumentError(f"{what} is an output and overlaps argument {j} ({params[j].name})")
+                    if j != i and np.may_share_memory(a, other):
+                        raise ArgumentError(f"argument {i} ({b.name}) is an output and overlaps argument {j} "
+                                            f"({params[j][0].name})")

@@ -37,7 +37,20 @@ def _pool() -> ThreadPoolExecutor:
 
 def compile_x86(tree: LoopTree, target=None, unroll_limit: int | None = None) -> "X86Kernel":
     t0 = time.perf_counter()
-    target = get_target(target)
+    target = get_target(target)          # a CPU without the instruction set fails here, before any code
+    lowered, parallel, segments = emit_x86(tree, target, unroll_limit)
+    codes = ExecutableCode.batch([asm.bytes() for asm, _ in segments]) if segments else []
+    kernel = X86Kernel(tree, lowered, target, [(c, asm, node) for c, (asm, node) in zip(codes, segments)],
+                       parallel)
+    kernel.compile_ms = (time.perf_counter() - t0) * 1e3
+    return kernel
+
+
+def emit_x86(tree: LoopTree, target, unroll_limit: int | None = None):
+    """The machine code of a tree for `target`, without making it executable.
+
+    Returns (rewritten tree, temps private to parallel loops, [(Assembler, top-level node)]).
+    Emitting needs no CPU support, so code for any target can be inspected and decoded here."""
     limit = unroll_limit if unroll_limit is not None else target.unroll_limit
     if limit < 0:
         raise ScheduleError(f"unroll_limit must be >= 0, got {limit}")
@@ -46,21 +59,16 @@ def compile_x86(tree: LoopTree, target=None, unroll_limit: int | None = None) ->
             raise UnsupportedError(
                 f"the x86 backend computes in float32 (storage float32 or float16); buffer %{b.name} is "
                 f"{b.dtype} (use target='interp' for integer programs)")
-    original = tree
-    tree = stage_padded_reads(tree)
-    tree = split_init_post(tree, target.lanes("float32"), lambda s: max_accumulators(target, s))
-    parallel = check_parallel(tree)
-    slots = {b.name: i for i, b in enumerate(tree.arguments + tree.temps)}
+    lowered = stage_padded_reads(tree)
+    lowered = split_init_post(lowered, target.lanes("float32"), lambda s: max_accumulators(target, s))
+    parallel = check_parallel(lowered)
+    slots = {b.name: i for i, b in enumerate(lowered.arguments + lowered.temps)}
     segments = []
-    for node in tree.body:
+    for node in lowered.body:
         asm = Assembler()
-        SegmentCompiler(asm, target, tree, node, slots, limit).compile()
+        SegmentCompiler(asm, target, lowered, node, slots, limit).compile()
         segments.append((asm, node))
-    codes = ExecutableCode.batch([asm.bytes() for asm, _ in segments]) if segments else []
-    kernel = X86Kernel(original, tree, target, [(c, asm, node) for c, (asm, node) in zip(codes, segments)],
-                       parallel)
-    kernel.compile_ms = (time.perf_counter() - t0) * 1e3
-    return kernel
+    return lowered, parallel, segments
 
 
 def check_parallel(tree: LoopTree) -> set[str]:
@@ -141,7 +149,8 @@ class X86Kernel(KernelBase):
         return pointer_array(bufs, [b.kind != "input" for b in params], [b.name for b in params])
 
     def _execute(self, arrays) -> None:
-        key = tuple(a.__array_interface__["data"][0] for a in arrays)
+        # the cache holds the arrays themselves, so their ids cannot be reused while cached
+        key = tuple(map(id, arrays))
         if self._arg_cache is None or self._arg_cache[0] != key:
             self._arg_cache = (key, [self._pointers(arrays, t) for t in range(max(1, self.threads))], arrays)
         ptrs = self._arg_cache[1]

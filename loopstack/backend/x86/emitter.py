@@ -50,7 +50,6 @@ class Emitter:
         self._consts: dict[tuple, Mem] = {}
         self._masks: dict[int, object] = {}     # lanes -> Vec (AVX2) or MaskReg (AVX-512)
         self._maps: dict[Access, ByteMap] = {}
-        self.long_pins: set[int] = set()        # accumulators of a memory-mode instance
         self.versions: dict[str, int] = {}      # buffer -> stores so far in this region
 
     # -- registers and operands ------------------------------------------------
@@ -312,9 +311,8 @@ class Emitter:
         raise UnsupportedError(f"cannot emit expression {e}")
 
     def _unpin(self, *vals: Val) -> None:
-        """Unpin operands, except registers that are pinned for good (AVX2 masks, accumulators)."""
         for v in vals:
-            if v.reg is not None and v.reg not in self.long_pins:
+            if v.reg is not None:
                 self.regs.pinned.discard(v.reg)
 
     def operand(self, val: Val, shape: Shape):

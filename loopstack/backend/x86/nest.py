@@ -499,7 +499,6 @@ class SegmentCompiler:
             em.load_into(reg, em.address(stmt.out, static), "vec" if shape.vector else "scalar", shape,
                          self.tree.buffer(stmt.out.buffer).dtype)
         em.regs.pinned.add(reg)
-        em.long_pins.add(reg)
         em.accumulate(reg, stmt, static, shape, blend=False)
         if stmt.post is not None:
             val = em.eval(stmt.post, static, shape, acc=Val(reg=reg))
@@ -507,7 +506,6 @@ class SegmentCompiler:
                 em.asm.emit("vmovaps", em.v(reg, shape), em.v(val.reg, shape))
                 em.free(val)
         em.regs.pinned.discard(reg)
-        em.long_pins.discard(reg)
         em.store(reg, stmt.out, static, shape)
         em.regs.release(reg)
 

@@ -22,6 +22,20 @@ class Val:
     key: tuple | None = None    # load-cache key of a shared register
 
 
+class PinCounts(dict):
+    """Registers that must not be evicted, counted: nested operands pin the same register."""
+
+    def add(self, reg: int) -> None:
+        self[reg] = self.get(reg, 0) + 1
+
+    def discard(self, reg: int) -> None:
+        n = self.get(reg, 0) - 1
+        if n > 0:
+            self[reg] = n
+        else:
+            self.pop(reg, None)
+
+
 class RegisterFile:
     """Vector register numbers in use; a cache of loaded values keyed by address."""
 
@@ -29,7 +43,7 @@ class RegisterFile:
         self.free = list(range(count - 1, -1, -1))
         self.cache: dict[tuple, int] = {}      # load key -> register
         self.uses: dict[tuple, int] = {}       # load key -> remaining uses in this region
-        self.pinned: set[int] = set()
+        self.pinned = PinCounts()
 
     def alloc(self) -> int:
         if not self.free:
