@@ -21,6 +21,9 @@ from .errors import LoopstackError
 # name -> "module" or "module:attribute" holding HELP, add_arguments and run
 SUBCOMMANDS: dict[str, str] = {
     "info": "loopstack.cli:InfoCommand",
+    "bench": "loopstack.commands.bench",
+    "asm": "loopstack.commands.asm:AsmCommand",
+    "show": "loopstack.commands.asm:ShowCommand",
 }
 
 

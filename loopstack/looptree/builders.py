@@ -17,7 +17,8 @@ from .ir import Acc, Access, Affine, Binary, Buffer, Compute, Expr, Load, Loop, 
 
 __all__ = [
     "nest", "var_names", "access", "make_tree", "post_expr",
-    "matmul_tree", "conv2d_tree", "elementwise_tree", "transpose_tree", "DEFAULT_MATMUL_ORDER",
+    "matmul_tree", "packed_matmul_tree", "conv2d_tree", "depthwise_conv2d_tree", "elementwise_tree", "transpose_tree",
+    "DEFAULT_MATMUL_ORDER",
 ]
 
 OrderEntry = Union[tuple[str, int], tuple[str, int, Iterable[str]]]
@@ -153,6 +154,48 @@ def conv2d_tree(N: int, C: int, H: int, W: int, K: int, R: int, S: int, *, strid
         order = [(d, 1) for d in names]
     body.append(nest(order, stmt))
     return make_tree(bufs, dims, *body)
+
+
+def packed_matmul_tree(M: int, N: int, K: int, *, nb: int = 16, mb: int = 6, kb: int | None = None,
+                       dtype: str = "float32") -> LoopTree:
+    """C = A @ B the Goto way: each nb-wide panel of B is packed into a contiguous, aligned
+    temp Bp, then swept by an mb x nb register block:
+
+        for n0 in N/nb:  [for k0 in K/kb:]
+          for k, n:           %Bp[k - @k0, n - @n0] = %B[k, n]
+          for m0 in M/mb: for k: for m: for n:   %C[m, n] += %A[m, k] * %Bp[..]
+
+    The panel's rows are nb*4 bytes apart instead of N*4, so they neither alias in L1 nor
+    split cache lines, whatever the alignment of B."""
+    kb = kb or K
+    bufs = [Buffer("A", dtype, (M, K), "input"), Buffer("B", dtype, (K, N), "input"),
+            Buffer("Bp", dtype, (min(kb, K), nb), "temp"), Buffer("C", dtype, (M, N), "output")]
+    k_in = (("k", 1), ("@k0", -1)) if kb < K else "k"
+    n_in = (("n", 1), ("@n0", -1))
+    pack = Compute("pack", access("Bp", k_in, n_in), Load(access("B", "k", "n")))
+    mm = Compute("C", access("C", "m", "n"), Binary("mul", Load(access("A", "m", "k")), Load(access("Bp", k_in, n_in))),
+                 reduce="add", init="identity")
+    inner = (nest([("k", 1), ("n", 1)], pack, tag="p"), nest([("m", mb), ("k", 1), ("m", 1), ("n", 1)], mm, tag="c"))
+    body = (Loop("k0", "k", kb, inner),) if kb < K else inner
+    return make_tree(bufs, {"m": M, "n": N, "k": K}, Loop("n0", "n", nb, body))
+
+
+def depthwise_conv2d_tree(C: int, H: int, W: int, R: int, S: int, *, stride: int = 1, padding: int = 0,
+                          order: Sequence[OrderEntry] | None = None, dtype: str = "float32",
+                          post: str | Expr | None = None) -> LoopTree:
+    """Depthwise 2-D convolution, batch 1, channels last: Y[oh, ow, c] = sum_rs X[.., .., c] * Wt[r, s, c].
+
+    Input row = stride*oh + r - padding (reads outside X are zero)."""
+    OH = (H + 2 * padding - R) // stride + 1
+    OW = (W + 2 * padding - S) // stride + 1
+    bufs = [Buffer("X", dtype, (H, W, C), "input"), Buffer("Wt", dtype, (R, S, C), "input"),
+            Buffer("Y", dtype, (OH, OW, C), "output")]
+    x = access("X", Affine.of(("oh", stride), "r", const=-padding), Affine.of(("ow", stride), "s", const=-padding),
+               "c", zero_pad=bool(padding))
+    stmt = Compute("Y", access("Y", "oh", "ow", "c"), Binary("mul", Load(x), Load(access("Wt", "r", "s", "c"))),
+                   reduce="add", init="identity", post=post_expr(post))
+    order = order if order is not None else [(d, 1) for d in ("oh", "ow", "r", "s", "c")]
+    return make_tree(bufs, {"c": C, "oh": OH, "ow": OW, "r": R, "s": S}, nest(order, stmt))
 
 
 _DIM_NAMES = "ijlpqtuvwxyz"   # letters no builder uses for another purpose

@@ -229,7 +229,7 @@ class Emitter:
             x = lo if i < 8 else hi
             a.emit("vpinsrw", x, x, (m + 2 * i).with_bits(16), i % 8)
         if hi is not None:
-            a.emit("vinsertf128", Vec(reg, 256), Vec(reg, 256), hi, 1)
+            a.emit("vinsertf32x4" if self.avx512 else "vinsertf128", Vec(reg, 256), Vec(reg, 256), hi, 1)
             self.regs.release(hi.num)
         a.emit("vcvtph2ps", self.v(reg, shape), Vec(reg, self.bits // 2))
 
@@ -239,7 +239,7 @@ class Emitter:
         a.emit("vcvtps2ph", Vec(t, self.bits // 2), self.v(reg, shape), 0)
         for i in range(shape.lanes):
             if i == 8:
-                a.emit("vextractf128", Vec(t, 128), Vec(t, 256), 1)
+                a.emit("vextractf32x4" if self.avx512 else "vextractf128", Vec(t, 128), Vec(t, 256), 1)
             a.emit("vpextrw", (m + 2 * i).with_bits(16), Vec(t, 128), i % 8)
         self.regs.release(t)
 
@@ -376,7 +376,7 @@ class Emitter:
         if self.avx512:
             self.asm.emit("vextractf32x8", Vec(t, 256), Vec(acc, 512), 1)
             self.asm.emit(op, Vec(acc, 256), Vec(acc, 256), Vec(t, 256))
-        self.asm.emit("vextractf128", Vec(t, 128), Vec(acc, 256), 1)
+        self.asm.emit("vextractf32x4" if self.avx512 else "vextractf128", Vec(t, 128), Vec(acc, 256), 1)
         self.asm.emit(op, Vec(acc, 128), Vec(acc, 128), Vec(t, 128))
         self.asm.emit("vshufps", Vec(t, 128), Vec(acc, 128), Vec(acc, 128), 0x0E)
         self.asm.emit(op, Vec(acc, 128), Vec(acc, 128), Vec(t, 128))

@@ -230,6 +230,8 @@ _ROWS: list[tuple[str, ...]] = [
     ("vmovss",     "xmm1{k1}{z}, xmm2, xmm3", "EVEX.LLIG.F3.0F.W0 10 /r",  "RVM", "AVX512F"),
     ("vmovd",      "xmm1, r32/m32",           "EVEX.128.66.0F.W0 6E /r",   "RM",  "AVX512F"),
     ("vmovd",      "r32/m32, xmm1",           "EVEX.128.66.0F.W0 7E /r",   "MR",  "AVX512F"),
+    ("vpinsrw",    "xmm1, xmm2, m16, imm8",   "EVEX.128.66.0F.W0 C4 /r ib",  "RVMI", "AVX512BW"),
+    ("vpextrw",    "m16, xmm1, imm8",         "EVEX.128.66.0F3A.W0 15 /r ib", "MRI", "AVX512BW"),
     ("vmovq",      "xmm1, xmm2/m64",          "EVEX.128.F3.0F.W1 7E /r",   "RM",  "AVX512F"),
     ("vmovq",      "xmm1/m64, xmm2",          "EVEX.128.66.0F.W1 D6 /r",   "MR",  "AVX512F"),
     ("vmovq",      "xmm1, r64/m64",           "EVEX.128.66.0F.W1 6E /r",   "RM",  "AVX512F"),

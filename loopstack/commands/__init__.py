@@ -1,0 +1,1 @@
+"""Subcommands of the `loopstack` command (registered in `loopstack.cli.SUBCOMMANDS`)."""

@@ -1,0 +1,308 @@
+"""Default schedules from the target's registers and caches (the autotuner's starting point).
+
+For every reduction statement `out[O] += f(in...)` of the program (matmul, convolution, depthwise
+convolution, linear layers), the generator picks
+
+* a **register block**: `mr` rows of the output variable just outside the unit-stride one times
+  `nv` vectors of the unit-stride one (the vectorised loop), from an issue model of the target:
+  per reduction step a block issues `mr*nv` FMAs and `mr + nv` loads (a broadcast per row, a
+  vector per column; a depthwise block, which has no reuse, loads one vector per FMA), each
+  accumulator chain takes `fma_latency` cycles per step and `fma_units` FMAs issue per cycle. The
+  block must leave room in the register file for its operands (`mr*nv + nv + 1 <= registers`,
+  at most 13 accumulators on a 16-register file). Row tails (`extent % mr`) are costed as a
+  smaller block, so 7- and 14-wide outputs pick blocks that divide them when that pays.
+  (Goto & van de Geijn / Smith: the micro-kernel is the largest block the registers hold whose
+  loads the FMAs hide.)
+* **cache tiles**: the slice of the reduced operand that one output block walks (`kc x nv*lanes`
+  for matmul, `R*S*C_tile x k_block` for convolution — the slicing analysis of paper 004 §4.1)
+  must stay in half of L1 while the rows stream; when it does not, the innermost reduced
+  variable (k for matmul, input channels for convolution) is tiled outside the rows and the
+  accumulators are re-loaded once per tile. The unit-stride output variable is tiled so that the
+  reduced operand's panel for one tile fits half of L2.
+
+Loop order (outer to inner): unit-stride tile, reduction tile, the other output variables, row
+blocks, vector blocks, the reduction loops, the row block, the vector block:
+
+    matmul  n(nb) m(mr) k m(1) n(1)                         6 x 16 block on AVX2
+    conv    k(kb) c(cb) oh ow(owb) r s c ow(1) k(1)          NHWC
+    dwconv  c(cb) oh ow(owb) r s ow(1) c(1)
+
+Element-wise consumers (bias, ReLU, the write) take the same order without the reduction loops,
+so they fuse into the store of the output block.
+
+`best_known_schedule(workload_name, target)` is the hook for the tuning database; it returns None
+until one is wired in, and `schedule_for` falls back to `default_schedule`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+__all__ = ["default_schedule", "best_known_schedule", "schedule_for", "BlockChoice", "plan"]
+
+_BYTES = 4              # fp32
+_LINE = 64
+_MAX_ACC = 13           # the x86 backend keeps at most this many accumulators of an FMA block
+
+
+def _target(target):
+    from ..isa.target import get_target, host_target
+
+    if target is None or target in ("x86", "interp"):
+        return host_target()
+    if isinstance(target, str):
+        return get_target(target)
+    return target
+
+
+@dataclass(frozen=True)
+class BlockChoice:
+    """A register block: `mr` rows of `row`, `nv` vectors of `vec`, and its modelled efficiency."""
+    row: str | None
+    mr: int
+    nv: int
+    efficiency: float
+
+
+def _block_cycles(mr, nv, tgt, depthwise):
+    fmas = mr * nv
+    loads = mr * nv + nv if depthwise else mr + nv
+    load_ports = 2
+    # + one cycle a step for the loop and address arithmetic of the block
+    return max(fmas / tgt.fma_units, tgt.fma_latency, loads / load_ports) + 1
+
+
+def choose_block(row_extent: int, vec_vectors: int, tgt, depthwise=False) -> BlockChoice:
+    """The (mr, nv) block of best modelled efficiency over the whole output (tails included)."""
+    regs = tgt.vector_registers
+    best = None
+    for nv in range(1, min(vec_vectors, regs) + 1):
+        for mr in range(1, max(1, row_extent) + 1):
+            acc = mr * nv
+            if acc > min(_MAX_ACC, regs - 3) or acc + nv + 1 > regs:
+                break
+            cycles = 0.0
+            for extent_r, count_r in ((mr, row_extent // mr), (row_extent % mr, 1)):
+                if not extent_r or not count_r:
+                    continue
+                for extent_v, count_v in ((nv, vec_vectors // nv), (vec_vectors % nv, 1)):
+                    if not extent_v or not count_v:
+                        continue
+                    cycles += count_r * count_v * _block_cycles(extent_r, extent_v, tgt, depthwise)
+            eff = row_extent * vec_vectors / tgt.fma_units / cycles
+            if (nv * tgt.lanes() * _BYTES) % _LINE and (vec_vectors * tgt.lanes() * _BYTES) % _LINE == 0:
+                eff *= 0.85     # vector blocks that straddle cache lines split their loads
+            key = (round(eff, 3), mr * nv, nv)
+            if best is None or key > best[0]:
+                best = (key, BlockChoice(None, mr, nv, eff))
+    return best[1]
+
+
+def _entries(var, extent, step):
+    """The outer entry of `var` stepping by `step` (`(var, count, tail)`)."""
+    return (var, extent // step, extent % step)
+
+
+def _divisor_at_most(n, limit, multiple=1):
+    best = multiple
+    for d in range(multiple, min(n, limit) + 1, multiple):
+        if n % d == 0:
+            best = d
+    return best
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The chosen order for one reduction statement (and the statements fused into its store)."""
+    order: tuple            # entries, outer to inner, for the reduction
+    out_order: tuple        # the same without the reduction loops (element-wise consumers)
+    block: BlockChoice
+    vec: str
+    reduce_tile: tuple | None   # (var, tile)
+    vec_tile: int | None
+
+
+def plan(graph, node, tgt) -> Plan:
+    """The default order of a reduction node (`graph.reduced(node)` non-empty)."""
+    size = graph.size
+    out = tuple(node.vars)
+    red = tuple(v for v in graph.domain(node) if v not in out)
+    lanes = tgt.lanes()
+    vec = out[-1]
+    nvec_total = max(1, -(-size(vec) // lanes))
+    row = out[-2] if len(out) >= 2 else None
+    depthwise = False
+    # a depthwise statement: the reduced operand is not shared across the vector variable
+    # (every input of the multiply indexes `vec`) -> no reuse of loaded vectors across rows
+    mult = _producer(graph, node)
+    if mult is not None:
+        ins = list(mult.inputs)
+        depthwise = all(vec in _read_vars(graph, i) for i in ins) and len(ins) >= 2
+    rext = size(row) if row else 1
+    blk = choose_block(rext, nvec_total, tgt, depthwise)
+    blk = replace(blk, row=row)
+    vb = blk.nv * lanes
+    mr = blk.mr
+
+    # cache tiles (slicing analysis): the reduced operand's slice one block walks
+    reduce_tile = None
+    red_elems = 1
+    for v in red:
+        red_elems *= size(v)
+    if red and not depthwise:
+        inner = red[-1]
+        other = red_elems // size(inner)
+        # matmul: the kc x nb panel in half of L1 (A's rows stream beside it); convolution: the
+        # weight slice of a channel tile may take all of L1 (its input rows are re-read from L2)
+        budget = tgt.l1d if len(red) > 1 else tgt.l1d // 2
+        if red_elems * vb * _BYTES > budget:
+            fit = max(1, budget // (other * vb * _BYTES))
+            t = _divisor_at_most(size(inner), fit, 8 if size(inner) % 8 == 0 and fit >= 8 else 1)
+            if t < size(inner):
+                reduce_tile = (inner, t)
+    vec_tile = None
+    if red and not depthwise:
+        k_span = reduce_tile[1] * (red_elems // size(reduce_tile[0])) if reduce_tile else red_elems
+        panel = k_span * size(vec) * _BYTES
+        if panel > tgt.l2 // 2 and size(vec) > vb:
+            fit = max(vb, ((tgt.l2 // 2) // (k_span * _BYTES)) // vb * vb)
+            vt = _divisor_at_most(size(vec), fit, vb)
+            if vb < vt < size(vec):
+                vec_tile = vt
+
+    order = []
+    if vec_tile:
+        order.append(_entries(vec, size(vec), vec_tile))
+    else:
+        order.append(_entries(vec, size(vec), vb))
+    if reduce_tile:
+        order.append(_entries(reduce_tile[0], size(reduce_tile[0]), reduce_tile[1]))
+    for v in out[:-2]:
+        order.append((v, size(v), 0))
+    if row:
+        order.append(_entries(row, size(row), mr))
+    if vec_tile:
+        order.append((vec, vec_tile // vb, 0))
+    for v in red:
+        if reduce_tile and v == reduce_tile[0]:
+            order.append((v, reduce_tile[1], 0))
+        else:
+            order.append((v, size(v), 0))
+    if row and mr > 1:
+        order.append((row, mr, 0))
+    order.append((vec, vb, 0))
+    order = _clean(order, graph, node)
+    out_order = tuple(e for e in order if e[0] not in red)
+    return Plan(tuple(order), _clean(list(out_order), graph, node, out), blk, vec, reduce_tile, vec_tile)
+
+
+def _clean(order, graph, node, dom=None):
+    """Drop entries of count 0 (a tile larger than the extent) and fix the steps so that every
+    variable covers its extent (an entry of count 1 with no tail is kept: it is harmless)."""
+    from ..frontend.tree import extents
+
+    dom = tuple(dom if dom is not None else graph.domain(node))
+    res = [e for e in order if e[1] > 0 or e[2] > 0]
+    res = [(v, s if s > 0 else 0, t) for v, s, t in res]
+    # entries whose count is 0 with a tail: make them a count-1 loop of the tail
+    fixed = []
+    for v, s, t in res:
+        if s == 0:
+            fixed.append((v, 1, 0))
+        else:
+            fixed.append((v, s, t))
+    ext = extents(fixed)
+    for v in dom:
+        if ext.get(v) != graph.size(v):
+            # fall back to one unsplit loop for this variable, where it first appeared
+            first = next(i for i, e in enumerate(fixed) if e[0] == v) if v in ext else None
+            fixed = [e for e in fixed if e[0] != v]
+            fixed.insert(first if first is not None else len(fixed) - 1, (v, graph.size(v), 0))
+    return tuple(fixed)
+
+
+def _read_vars(graph, i):
+    """The dimensions of graph node `i` (through views, the variables the access uses)."""
+    n = graph.node(i)
+    if n.op == "view":
+        vs = set()
+        for terms, _ in n.view:
+            vs |= {name for name, k in terms if k}
+        return vs
+    return set(n.vars)
+
+
+def _producer(graph, node):
+    for i in node.inputs:
+        p = graph.node(i)
+        if p.op not in ("read", "const", "view") and set(graph.domain(p)) == set(graph.domain(node)):
+            return p
+    return None
+
+
+def default_schedule(tensor, target=None):
+    """A frontend LoopTree for `tensor` (or a LoopTree) with the generated default schedule.
+
+    Apply with `tensor.set(tree)`."""
+    from ..frontend.graph import SCHEDULED
+    from ..frontend.tree import LoopTree
+
+    tree = tensor if isinstance(tensor, LoopTree) else tensor.loop_tree
+    tgt = _target(target)
+    g = tree.graph
+    sched = dict(tree._sched)
+    plans = {}
+    for n in g.nodes:
+        if n.op in SCHEDULED and g.reduced(n):
+            plans[n.id] = plan(g, n, tgt)
+    if not plans:
+        return _elementwise(tree, tgt)
+    by_out = {}
+    for nid, p in plans.items():
+        by_out.setdefault(frozenset(g.node(nid).vars), p)
+    for n in g.nodes:
+        if n.op not in SCHEDULED or n.id not in sched:
+            continue
+        if n.id in plans:
+            sched[n.id] = replace(sched[n.id], order=plans[n.id].order)
+            continue
+        dom = tuple(g.domain(n))
+        # the multiply feeding a reduction: the reduction's order
+        users = [plans[c] for c in g.consumers(n.id) if c in plans and set(g.domain(g.node(c))) == set(dom)]
+        if users:
+            sched[n.id] = replace(sched[n.id], order=users[0].order)
+            continue
+        p = by_out.get(frozenset(dom))
+        if p is not None:
+            sched[n.id] = replace(sched[n.id], order=p.out_order)
+    return tree._with(sched=sched)
+
+
+def _elementwise(tree, tgt):
+    """No reduction: split the innermost variable of each node into vectors."""
+    g = tree.graph
+    sched = dict(tree._sched)
+    lanes = tgt.lanes()
+    for nid, ns in tree.schedule:
+        if not ns.order:
+            continue
+        v, s, t = ns.order[-1]
+        if t == 0 and s > lanes and s % lanes == 0:
+            sched[nid] = replace(ns, order=ns.order[:-1] + ((v, s // lanes, 0), (v, lanes, 0)))
+    del g
+    return tree._with(sched=sched)
+
+
+def best_known_schedule(workload, target=None):
+    """The tuning database's best schedule for `workload` (a Workload or its name) on `target`
+    as a frontend LoopTree, or None when there is none.
+
+    The hook the tuning database fills; until it does, this returns None."""
+    return None
+
+
+def schedule_for(tensor, workload=None, target=None):
+    """The schedule the benchmark compiles: the best known one, else the default."""
+    tree = None
+    if workload is not None:
+        tree = best_known_schedule(workload, target)
+    return tree if tree is not None else default_schedule(tensor, target)

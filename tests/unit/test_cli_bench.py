@@ -1,0 +1,110 @@
+"""The `loopstack bench / asm / show` commands, the workload registry and the default schedules."""
+import json
+
+import numpy as np
+import pytest
+
+from loopstack import LoopstackError
+from loopstack.cli import build_parser, main
+from loopstack.commands import bench
+from loopstack.workloads import WORKLOADS, get_workload, suite
+
+
+def test_registry_names_suites_and_flops():
+    assert {"MM-64", "MM-512", "CONV-1", "CONV-4", "DWCONV-1", "DWCONV-4", "MLP-8x256", "MLP-64x1024"} <= set(WORKLOADS)
+    assert get_workload("conv-2") is WORKLOADS["CONV-2"]
+    assert [w.name for w in suite("mm")] == ["MM-64", "MM-128", "MM-256", "MM-512"]
+    assert len(suite("all")) == len(WORKLOADS)
+    assert WORKLOADS["MM-256"].flops == 2 * 256 ** 3
+    assert WORKLOADS["CONV-1"].flops == 2 * 56 * 56 * 128 * 64 * 9
+    assert WORKLOADS["DWCONV-1"].flops == 2 * 56 * 56 * 16 * 9
+    with pytest.raises(LoopstackError, match="unknown workload 'nope'; known: MM-64"):
+        get_workload("nope")
+    with pytest.raises(LoopstackError, match="unknown suite"):
+        suite("bogus")
+
+
+def test_parsing():
+    args = build_parser().parse_args(["bench", "--suite", "conv", "--json", "x.json", "--compare", "numpy,halide",
+                                      "--threads", "1", "--plot", "p.png"])
+    assert (args.suite, args.json, args.threads, args.plot) == ("conv", "x.json", 1, "p.png")
+    assert bench.parse_peers(args.compare) == ["numpy", "halide"]
+    assert bench.parse_peers("") == []
+    with pytest.raises(LoopstackError, match="unknown peer"):
+        bench.parse_peers("numpy,tvm")
+    assert main(["bench", "--suite", "nosuch"]) == 2            # argparse usage error
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["show", "MM-7"], "unknown workload 'MM-7'"),
+    (["asm", "nope"], "unknown workload"),
+    (["bench", "--compare", "tvm", "-w", "MM-64"], "unknown peer"),
+    (["bench", "--threads", "4", "-w", "MM-64"], "only single-threaded"),
+    (["bench", "-w", "MM-3"], "unknown workload"),
+    (["asm", "MM-64", "--target", "avx9000"], ""),
+])
+def test_error_paths_are_one_line(argv, msg, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("loopstack: error:") and msg in err and "\n" not in err and "Traceback" not in err
+
+
+def test_show_and_asm(capsys):
+    assert main(["show", "mm-64"]) == 0
+    out = capsys.readouterr().out
+    assert "for n in 4" in out and "multiply" in out
+    assert main(["asm", "MM-64"]) == 0
+    assert "vfmadd231ps" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["MM-64", "DWCONV-3", "MLP-8x256", "MBV3-C64"])
+def test_default_schedule_is_correct(name):
+    from loopstack.tune.defaults import default_schedule
+
+    Y, ref = get_workload(name).build(seed=1)
+    Y.set(default_schedule(Y))
+    np.testing.assert_allclose(Y.numpy(), ref(), rtol=1e-4, atol=1e-4)
+
+
+def test_default_block_from_the_target():
+    from loopstack.isa.target import get_target
+    from loopstack.tune.defaults import choose_block
+
+    b = choose_block(256, 32, get_target("avx2"))
+    assert (b.mr, b.nv) == (6, 2)          # the 6 x 16 AVX2 micro-kernel
+
+
+def test_bench_end_to_end_json(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    rc = main(["bench", "-w", "MM-64", "--compare", "numpy,halide,torch", "--runs", "2", "--rounds", "1",
+               "--json", str(path), "--no-progress"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "MM-64" in out and "target" in out
+    (rec,) = json.loads(path.read_text())
+    for key in ("name", "gflops", "peak_gflops", "compile_ms", "max_abs_err", "peers", "peer_compile_ms"):
+        assert key in rec
+    assert rec["name"] == "MM-64" and rec["gflops"] > 0 and rec["max_abs_err"] < 1e-3
+    assert set(rec["peers"]) == {"numpy", "halide", "torch"}
+    assert rec["peers"]["numpy"] > 0
+    for p, v in rec["peers"].items():      # a peer that is missing is None and says why
+        assert v is None and p in rec["skipped"] or v > 0
+    assert rec["status"] in ("ok", "miss")
+
+
+def test_missing_peer_is_skipped_not_faked(monkeypatch):
+    from loopstack import peers
+
+    monkeypatch.setattr(peers, "available", lambda name: name == "numpy")
+    row = bench.measure_workload(get_workload("MM-64"), ["numpy", "torch"], runs=1, rounds=1)
+    assert row["peers"]["torch"] is None and "not installed" in row["skipped"]["torch"]
+    assert "skipped" in bench.format_table([row], ["numpy", "torch"])
+
+
+def test_verdict_columns():
+    row = {"name": "MM-256", "gflops": 95.0, "peak_gflops": 100.0, "compile_ms": 4.0,
+           "peers": {"numpy": 90.0}, "peer_compile_ms": {}, "peer_layouts": {}}
+    assert bench.verdict(row) == ("ok", [])
+    row["gflops"] = 80.0
+    status, missed = bench.verdict(row)
+    assert status == "miss" and ">=1.0x numpy" in missed and ">=90% peak" in missed
