@@ -18,3 +18,17 @@ def compile(tensor_or_tree, target=None):  # noqa: A001 - the natural name
     if isinstance(tensor_or_tree, LoopTree):
         return tensor_or_tree.compile(target)
     return tensor_or_tree.compile(target)
+
+
+def ui(tensor, path: str = "schedule.json"):
+    """The interactive scheduling TUI (paper §6.2) on `tensor`; returns it with the chosen schedule."""
+    from tui import ui as _ui
+
+    return _ui(tensor, path=path)
+
+
+def tune(tensor, budget_s=60, mapper="scripted", cost_model="measure", workers=1, **kw):
+    """Search schedules for `tensor` (see loopstack.tune.api.tune); returns a TuneResult."""
+    from .tune.api import tune as _tune
+
+    return _tune(tensor, budget_s=budget_s, mapper=mapper, cost_model=cost_model, workers=workers, **kw)

@@ -1,0 +1,208 @@
+"""`tune(tensor, ...)`: search schedules for a tensor's program and remember the best.
+
+    result = lt.tune(C, budget_s=60, mapper="scripted", cost_model="measure", workers=1)
+    result.gflops, result.default_gflops, result.actions, result.tree, result.history
+
+Configuration is an explicit frozen `TuneConfig`; `TuneConfig.from_env()` is the one place
+that reads `LOOPSTACK_TUNING_DB`, and only `tune()` (when given no config) and the CLI call it.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ArgumentError, LoopstackError
+from .cost import Machine, make_cost_model
+from .db import TuningDB, describe_program, program_key
+from .measure import OK, WorkerPool, reference_output
+from .space import Plan, main_node, plan_of, realize, stage_node, var_sizes
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    db_path: str | None = None        # None: ~/.cache/loopstack/tuning.db
+    use_db: bool = True
+    timeout_s: float = 20.0           # per candidate (compile + check + timing)
+    runs: int = 10                    # timed runs per candidate (best counts), after one warm-up
+    measure_fraction: float = 0.25    # with a predictive cost model: share of each batch measured
+    seed: int = 0
+
+    @staticmethod
+    def from_env(db_path: str | None = None, **kw) -> "TuneConfig":
+        return TuneConfig(db_path=db_path or os.environ.get("LOOPSTACK_TUNING_DB") or None, **kw)
+
+
+@dataclass
+class TuneResult:
+    name: str
+    gflops: float
+    default_gflops: float
+    peak_gflops: float
+    actions: list                    # JSON-ready [[kind, [args]], ...]; replay with lt.apply_actions
+    tree: object                     # the best frontend LoopTree
+    plan: Plan | None
+    history: list = field(default_factory=list)   # one dict per measured candidate
+    measured: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    program: str = ""
+
+    def record(self) -> dict:
+        return {"name": self.name, "best_gflops": self.gflops, "default_gflops": self.default_gflops,
+                "peak_gflops": self.peak_gflops, "measured": self.measured, "failed": self.failed,
+                "seconds": self.seconds}
+
+
+class Session:
+    """What a mapper sees: the program's main loop nest, a budget and a cost model."""
+
+    def __init__(self, base, target, machine, cost, pool, budget_s, config, workers, db=None,
+                 program="", mapper="", progress=None):
+        self.base, self.target, self.machine, self.cost, self.pool = base, target, machine, cost, pool
+        self.config, self.workers, self.db, self.program, self.mapper_name = config, workers, db, program, mapper
+        self.seed = config.seed
+        self.nid = main_node(base)
+        self.sizes = var_sizes(base, self.nid)
+        self.output_vars = tuple(base.graph.node(self.nid).vars)
+        self.lanes = target.lanes(base.graph.node(self.nid).dtype)
+        self.n_stage_inputs = len(base.graph.node(stage_node(base, self.nid)).inputs)
+        self.start_plan = plan_of(base, self.nid)
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + budget_s
+        self.history: list[dict] = []
+        self.results: dict = {}          # tree key -> GFLOPS (0: failed)
+        self._built: dict = {}
+        self.best = (-1.0, None)
+        self.failed = 0
+        self.progress = progress
+        self.rng = random.Random(config.seed)
+        if db is not None:
+            self.shapes, self.dtypes = describe_program(base.graph)
+
+    def exhausted(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def build(self, plan: Plan):
+        if plan not in self._built:
+            try:
+                self._built[plan] = realize(self.base, plan, self.nid)
+            except LoopstackError:
+                self._built[plan] = None
+        return self._built[plan]
+
+    def predict(self, trees) -> list[float]:
+        return list(self.cost.predict(trees))
+
+    def measure(self, trees) -> list[float]:
+        todo = []
+        for t in trees:
+            if t.key() not in self.results and t.key() not in {x.key() for x in todo}:
+                todo.append(t)
+        if todo and not self.exhausted():
+            res = self.pool.measure(todo)
+            for t, m in zip(todo, res):
+                g = m.gflops if m.status == OK else 0.0
+                self.results[t.key()] = g
+                if m.status != OK:
+                    self.failed += 1
+                if g > self.best[0]:
+                    self.best = (g, t)
+                actions = [[a.kind, list(a.args)] for a in t.actions]
+                self.history.append({"t": time.monotonic() - self.t0, "gflops": g, "status": m.status,
+                                     "best": max(self.best[0], 0.0), "detail": m.detail,
+                                     "actions": actions})
+                if self.db is not None:
+                    self.db.record(self.program, self.target.identity, actions, g, m.status,
+                                   self.mapper_name, self.shapes, self.dtypes, self.mapper_name)
+                if self.progress is not None:
+                    self.progress(self)
+            self.cost.observe(todo, [self.results[t.key()] for t in todo])
+        return [self.results.get(t.key(), 0.0) for t in trees]
+
+    def evaluate(self, trees) -> list:
+        """The cost model ranks `trees`; the measured share is measured. None: not measured."""
+        if self.cost.measured:
+            return self.measure(trees)
+        pred = self.predict(trees)
+        k = max(1, math.ceil(len(trees) * self.config.measure_fraction))
+        order = sorted(range(len(trees)), key=lambda i: -pred[i])[:k]
+        got = self.measure([trees[i] for i in order])
+        out: list = [None] * len(trees)
+        for i, g in zip(order, got):
+            out[i] = g
+        return out
+
+
+def _inputs(ir, seed: int):
+    from ..backend.kernel_base import random_array
+
+    rng = np.random.default_rng(seed)
+    return [random_array(b, rng) for b in ir.inputs]
+
+
+def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str = "measure",
+         workers: int = 1, config: TuneConfig | None = None, name: str = "", progress=None,
+         target=None, job=None) -> TuneResult:
+    """Search schedules of `tensor`'s program for `budget_s` seconds; record them in the
+    tuning database; return the best (never slower than the default schedule)."""
+    from ..frontend.run import program
+    from ..frontend.tree import LoopTree, default_schedule
+    from ..isa.target import get_target, peak_gflops
+    from .mappers import MAPPERS
+
+    if mapper not in MAPPERS:
+        raise ArgumentError(f"unknown mapper {mapper!r}; known: {', '.join(MAPPERS)}")
+    config = config or TuneConfig.from_env()
+    tgt = get_target(target)
+    peak = peak_gflops(tgt, seconds=0.3)   # a longer probe: a noisy peak skews % of peak
+    machine = Machine.of(tgt, peak)
+    cost = make_cost_model(cost_model, machine)
+    graph = program(tensor).graph
+    base = LoopTree(graph, default_schedule(graph))
+    key = program_key(graph)
+    start = _default_tree(tensor, base, tgt)
+    ir = base.lower()
+    inputs = _inputs(ir, config.seed)
+    reference = reference_output(base, inputs)
+    db = TuningDB(config.db_path) if config.use_db else None
+    kw = {} if job is None else {"job": job}
+    t_start = time.monotonic()
+    try:
+        with WorkerPool(inputs, reference, workers=workers, timeout=config.timeout_s, runs=config.runs,
+                        **kw) as pool:
+            s = Session(base, tgt, machine, cost, pool, budget_s, config, workers, db, key, mapper, progress)
+            if start is not base:
+                try:
+                    s.start_plan = plan_of(start, s.nid)
+                except LoopstackError:
+                    pass
+            default_gflops = s.measure([start])[0]
+            MAPPERS[mapper](s)
+            best_g, best_tree = s.best
+    finally:
+        if db is not None:
+            db.close()
+    if best_tree is None or best_g < default_gflops:
+        best_g, best_tree = default_gflops, start
+    return TuneResult(name=name, gflops=max(best_g, 0.0), default_gflops=default_gflops, peak_gflops=peak,
+                      actions=[[a.kind, list(a.args)] for a in best_tree.actions], tree=best_tree,
+                      plan=None, history=s.history, measured=len(s.history), failed=s.failed,
+                      seconds=time.monotonic() - t_start, program=key)
+
+
+def _default_tree(tensor, base, target):
+    """The tuner's starting point: tune.defaults when present, else the unscheduled tree."""
+    try:
+        from .defaults import default_schedule
+    except ImportError:
+        return base
+    try:
+        tree = default_schedule(tensor, target)
+    except LoopstackError:
+        return base
+    return tree if tree.graph == base.graph or tree.actions else base

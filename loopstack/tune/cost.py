@@ -1,0 +1,265 @@
+"""Cost models: score candidate loop trees; any mapper works with any of them.
+
+    measure     measured GFLOPS of the compiled kernel (ground truth; warm-up, best of N),
+                in worker processes (measure.py)
+    analytical  roofline of the target's FMA peak and cache bandwidths, with the traffic of
+                each cache level from a reuse estimate: the working set of the loops at and
+                inside depth d, the outermost depth whose working set fits a level being
+                where that level's reuse starts (Zhang et al., direct convolution, §4.1.1)
+    learned     ridge regression of log GFLOPS on loop-tree features (the analytical
+                model's terms among them), refitted on every measurement the search makes
+
+A model's `predict(trees)` returns estimated GFLOPS (higher is better) and
+`observe(trees, gflops)` feeds it measurements; only `measure` is ground truth, and the
+tuner measures the candidates the others rank highest (api.py).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dtypes import dtype as _dtype
+from ..looptree import stats
+from ..looptree.ir import Loop
+
+LINE = 64                 # bytes per cache line
+MAX_ACCUMULATORS = 13     # the backend's register-block limit for an FMA statement (AVX2)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the analytical model reads from a Target (one source of truth: isa/target.py)."""
+    peak_gflops: float
+    lanes: int
+    fma_chains: int            # FMA latency x pipes: accumulators that hide the latency
+    accumulators: int          # register-block limit
+    caches: tuple[int, ...]    # l1d, l2, l3 bytes
+    bandwidth: tuple[float, ...]   # GB/s out of l1, l2, l3, memory
+
+    @staticmethod
+    def of(target, peak: float) -> "Machine":
+        ghz = peak / (2 * target.lanes() * target.fma_units)
+        vec = target.vector_bits // 8
+        # loads per cycle: 2 vectors from L1, one line every 2 cycles from L2, a quarter from L3
+        bw = (2 * vec * ghz, LINE / 2 * ghz, LINE / 4 * ghz, 12.0)
+        return Machine(peak, target.lanes(), target.fma_units * target.fma_latency,
+                       target.vector_registers - 3, (target.l1d, target.l2, target.l3), bw)
+
+
+def _statements(ir):
+    """(stack, compute) pairs that do arithmetic (copies counted as traffic only)."""
+    return [(s, c) for s, c in ir.computes()]
+
+
+def _dim_extent_inside(stack, ranges, d: int) -> dict[str, int]:
+    """Extent of each dimension covered by the loops stack[d:] (outer loops held fixed)."""
+    ext: dict[str, int] = {}
+    for lp in stack[d:]:
+        if lp.dim not in ext:
+            ext[lp.dim] = ranges[lp.var][0]
+    return ext
+
+
+def _footprint(acc, stack, ext: dict[str, int], itemsize: int) -> int:
+    """Bytes of `acc`'s buffer touched while the dims in `ext` sweep their extents."""
+    by_var = {lp.var: lp.dim for lp in stack}
+    spans = []
+    for a in acc.index:
+        span = 1
+        for name, c in a.terms:
+            dim = by_var.get(name[1:], name) if name.startswith("@") else name
+            span += abs(c) * (ext.get(dim, 1) - 1)
+        spans.append(span)
+    if not spans:
+        return itemsize
+    last = math.ceil(spans[-1] * itemsize / LINE) * LINE
+    return int(np.prod(spans[:-1], dtype=np.float64) * last)
+
+
+def _trips(stack, ranges, d: int) -> float:
+    n = 1.0
+    for lp in stack[:d]:
+        r, e, t = ranges[lp.var]
+        n *= e + (1 if t else 0)
+    return n
+
+
+def analyze(ir, machine: Machine) -> dict[str, float]:
+    """Features and the roofline estimate of one lowered loop tree."""
+    ranges = stats.loop_ranges(ir)
+    buffers = {b.name: b for b in ir.buffers}
+    total_flops = max(1, stats.flops(ir))
+    compute_s = 0.0
+    traffic = [0.0] * (len(machine.caches) + 1)
+    feats = {"acc_vectors": 0.0, "vector_ok": 0.0, "inner_extent": 0.0, "depth": 0.0, "copies": 0.0}
+    for stack, comp in _statements(ir):
+        f = stats.statement_flops(ir, stack, comp)
+        accs = [comp.out] + list(comp.reads())
+        isz = _dtype(buffers[comp.out.buffer].dtype).itemsize
+        if comp.is_copy:
+            feats["copies"] += 1
+        # traffic per level: the outermost depth whose working set fits the level
+        for lvl, size in enumerate(machine.caches):
+            d_fit = len(stack)
+            for d in range(len(stack) + 1):
+                ext = _dim_extent_inside(stack, ranges, d)
+                ws = sum(_footprint(a, stack, ext, isz) for a in accs)
+                if ws <= 0.5 * size:
+                    d_fit = d
+                    break
+            ext = _dim_extent_inside(stack, ranges, d_fit)
+            moved = sum(_footprint(a, stack, ext, isz) for a in accs) * _trips(stack, ranges, d_fit)
+            traffic[lvl + 1] += moved
+        if f == 0 or not stack:
+            continue
+        # in-core efficiency: vectorised innermost loop and the register block of the output
+        inner = stack[-1]
+        out_dims = stats.output_dims(stack, comp)
+        last = comp.out.index[-1] if comp.out.index else None
+        vec_ok = last is not None and any(
+            (n == inner.dim or n == "@" + inner.var) and c == 1 for n, c in last.terms)
+        inner_ext = ranges[inner.var][0]
+        lanes = machine.lanes
+        vec_eff = min(1.0, inner_ext / (lanes * math.ceil(inner_ext / lanes))) if vec_ok else 1.0 / lanes
+        red = [i for i, lp in enumerate(stack) if lp.dim not in out_dims]
+        below = stack[red[-1] + 1:] if red else stack
+        ext = _dim_extent_inside(below, ranges, 0) if below else {}
+        block = 1
+        for dim, e in ext.items():
+            block *= e
+        acc_vecs = math.ceil(block / lanes) if vec_ok else block
+        if red and acc_vecs <= machine.accumulators:
+            rows = max(1, block // max(1, ext.get(inner.dim, 1)))
+            vecs = max(1, acc_vecs // rows)
+            loads = rows + vecs
+            eff = min(1.0, acc_vecs / machine.fma_chains) * min(1.0, 2 * acc_vecs / (acc_vecs + loads))
+        else:
+            eff = 0.3                     # the output accumulates in memory (load + store per FMA)
+        compute_s += f / (machine.peak_gflops * 1e9 * max(1e-3, eff * vec_eff))
+        feats["acc_vectors"] = max(feats["acc_vectors"], float(acc_vecs))
+        feats["vector_ok"] = max(feats["vector_ok"], float(vec_ok))
+        feats["inner_extent"] = max(feats["inner_extent"], float(inner_ext))
+        feats["depth"] = max(feats["depth"], float(len(stack)))
+    traffic[0] = 0.0
+    mem_s = [traffic[i + 1] / (machine.bandwidth[i] * 1e9) for i in range(len(machine.caches))]
+    seconds = max([compute_s] + mem_s)
+    feats.update({"flops": float(total_flops), "compute_s": compute_s, "seconds": seconds,
+                  "gflops": total_flops / seconds / 1e9 if seconds > 0 else 0.0})
+    for i, s in enumerate(mem_s):
+        feats[f"mem{i}_s"] = s
+    return feats
+
+
+class CostModel:
+    name = "base"
+    measured = False        # True: predict() is ground truth and needs no measuring
+
+    def predict(self, trees) -> list[float]:
+        raise NotImplementedError
+
+    def observe(self, trees, gflops) -> None:
+        """Learn from measured GFLOPS (0 for a failed candidate)."""
+
+
+class MeasuredCost(CostModel):
+    """Ground truth: the tuner measures every candidate (predict is not used)."""
+    name = "measure"
+    measured = True
+
+    def predict(self, trees) -> list[float]:
+        return [0.0 for _ in trees]
+
+
+class AnalyticalCost(CostModel):
+    name = "analytical"
+
+    def __init__(self, machine: Machine):
+        self.machine = machine
+        self._memo: dict = {}
+
+    def features(self, tree) -> dict[str, float]:
+        key = tree.key()
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = analyze(tree.lower(), self.machine)
+            self._memo[key] = hit
+        return hit
+
+    def predict(self, trees) -> list[float]:
+        return [self.features(t)["gflops"] for t in trees]
+
+
+class LearnedCost(CostModel):
+    """Ridge regression of log GFLOPS on loop-tree features; the analytical estimate until
+    it has seen `min_samples` measurements."""
+    name = "learned"
+
+    def __init__(self, machine: Machine, alpha: float = 1.0, min_samples: int = 8):
+        self.analytical = AnalyticalCost(machine)
+        self.alpha, self.min_samples = alpha, min_samples
+        self.X: list[np.ndarray] = []
+        self.y: list[float] = []
+        self.w = None
+
+    def vector(self, tree) -> np.ndarray:
+        f = self.analytical.features(tree)
+        m = self.analytical.machine
+        ir_inner = [lp for lp in _innermost_stack(tree.lower())][-6:]
+        ext = [math.log2(1 + lp.step) for lp in ir_inner] + [0.0] * (6 - len(ir_inner))
+        acc = f["acc_vectors"]
+        return np.array([
+            1.0, math.log(max(f["gflops"], 1e-3)), math.log(max(f["compute_s"], 1e-12) / max(f["seconds"], 1e-12)),
+            min(acc, 20) / m.accumulators, float(acc > m.accumulators), min(1.0, acc / m.fma_chains),
+            f["vector_ok"], math.log2(1 + f["inner_extent"]), f["depth"] / 10, f["copies"],
+            *[math.log(max(f[f"mem{i}_s"], 1e-12) / max(f["seconds"], 1e-12)) for i in range(3)],
+            *ext])
+
+    def observe(self, trees, gflops) -> None:
+        for t, g in zip(trees, gflops):
+            self.X.append(self.vector(t))
+            self.y.append(math.log(max(g, 0.05)))
+        if len(self.y) >= self.min_samples:
+            X, y = np.array(self.X), np.array(self.y)
+            mu, sd = X.mean(0), X.std(0) + 1e-9
+            mu[0], sd[0] = 0.0, 1.0
+            Z = (X - mu) / sd
+            reg = self.alpha * np.eye(Z.shape[1])
+            reg[0, 0] = 0.0
+            self.w = (np.linalg.solve(Z.T @ Z + reg, Z.T @ y), mu, sd)
+
+    def predict(self, trees) -> list[float]:
+        if self.w is None:
+            return self.analytical.predict(trees)
+        w, mu, sd = self.w
+        return [float(math.exp(((self.vector(t) - mu) / sd) @ w)) for t in trees]
+
+
+def _innermost_stack(ir):
+    """The loop stack of the statement with the most flops."""
+    best, key = (), -1
+    for stack, comp in ir.computes():
+        f = stats.statement_flops(ir, stack, comp)
+        if f > key:
+            best, key = stack, f
+    return [lp for lp in best if isinstance(lp, Loop)]
+
+
+def make_cost_model(name: str, machine: Machine) -> CostModel:
+    if name == "measure":
+        return MeasuredCost()
+    if name == "analytical":
+        return AnalyticalCost(machine)
+    if name == "learned":
+        return LearnedCost(machine)
+    from ..errors import ArgumentError
+
+    raise ArgumentError(f"unknown cost model {name!r}; known: measure, analytical, learned")
+
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation (average ranks for ties)."""
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a, b).statistic)

@@ -1,0 +1,127 @@
+"""The tuning database: every measured schedule, and the best one, per program and target.
+
+SQLite at `~/.cache/loopstack/tuning.db` unless a path is given (the CLI's `--db`, or the
+`LOOPSTACK_TUNING_DB` environment variable read by the entry points into a TuneConfig;
+nothing here reads the environment).  A program is keyed by a structural hash of its
+unscheduled graph (nodes, ops, views, sizes and dtypes: the serialised loop tree without
+a schedule) together with the target's identity, so the same program built again, in
+another process, finds its schedules.
+
+    db = TuningDB(path)
+    db.record(key, target_id, actions, gflops, status)     every measurement
+    db.best(key, target_id) -> (actions, gflops) | None
+    db.export_jsonl(file) / db.import_jsonl(file)
+    best_schedule(program_key, target_identity, path)      the frontend's hook
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+
+DEFAULT_PATH = os.path.join("~", ".cache", "loopstack", "tuning.db")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS measurements (
+    program TEXT NOT NULL, target TEXT NOT NULL, name TEXT, shapes TEXT, dtypes TEXT,
+    actions TEXT NOT NULL, gflops REAL NOT NULL, status TEXT NOT NULL, mapper TEXT,
+    created REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS measurements_key ON measurements (program, target);
+CREATE TABLE IF NOT EXISTS best (
+    program TEXT NOT NULL, target TEXT NOT NULL, actions TEXT NOT NULL, gflops REAL NOT NULL,
+    PRIMARY KEY (program, target));
+"""
+
+
+def program_key(graph) -> str:
+    """Structural hash of an unscheduled program: its serialised graph (sizes and dtypes included)."""
+    from ..frontend.serialize import serialize
+    from ..frontend.tree import LoopTree, default_schedule
+
+    doc = json.loads(serialize(LoopTree(graph, default_schedule(graph))))
+    canon = json.dumps({"sizes": doc["sizes"], "inputs": doc["inputs"], "nodes": doc["nodes"]},
+                       sort_keys=True)
+    return hashlib.sha256(canon.encode()).hexdigest()[:32]
+
+
+def describe_program(graph) -> tuple[str, str]:
+    """(shapes, dtypes) of the program's inputs and output, for people reading the database."""
+    nodes = [n for n in graph.nodes if n.op in ("read", "write")]
+    shapes = ";".join(f"{n.op}[{','.join(str(graph.size(v)) for v in n.vars)}]" for n in nodes)
+    return shapes, ",".join(n.dtype for n in nodes)
+
+
+class TuningDB:
+    def __init__(self, path: str | None = None):
+        self.path = os.path.expanduser(path or DEFAULT_PATH)
+        d = os.path.dirname(self.path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        self.conn = sqlite3.connect(self.path)
+        self.conn.executescript(_SCHEMA)
+
+    def close(self):
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def record(self, program: str, target: str, actions, gflops: float, status: str = "ok",
+               name: str = "", shapes: str = "", dtypes: str = "", mapper: str = "") -> None:
+        text = json.dumps(actions)
+        with self.conn:
+            self.conn.execute("INSERT INTO measurements VALUES (?,?,?,?,?,?,?,?,?,?)",
+                              (program, target, name, shapes, dtypes, text, float(gflops), status,
+                               mapper, time.time()))
+            if status == "ok":
+                row = self.conn.execute("SELECT gflops FROM best WHERE program=? AND target=?",
+                                        (program, target)).fetchone()
+                if row is None or gflops > row[0]:
+                    self.conn.execute("INSERT OR REPLACE INTO best VALUES (?,?,?,?)",
+                                      (program, target, text, float(gflops)))
+
+    def best(self, program: str, target: str):
+        row = self.conn.execute("SELECT actions, gflops FROM best WHERE program=? AND target=?",
+                                (program, target)).fetchone()
+        return None if row is None else (json.loads(row[0]), row[1])
+
+    def measurements(self, program: str, target: str) -> list[dict]:
+        rows = self.conn.execute("SELECT actions, gflops, status, mapper FROM measurements "
+                                 "WHERE program=? AND target=? ORDER BY created", (program, target))
+        return [{"actions": json.loads(a), "gflops": g, "status": s, "mapper": m} for a, g, s, m in rows]
+
+    def export_jsonl(self, path: str) -> int:
+        rows = self.conn.execute("SELECT program, target, name, shapes, dtypes, actions, gflops, status, "
+                                 "mapper, created FROM measurements ORDER BY created").fetchall()
+        with open(path, "w") as f:
+            for p, t, n, sh, dt, a, g, s, m, c in rows:
+                f.write(json.dumps({"program": p, "target": t, "name": n, "shapes": sh, "dtypes": dt,
+                                    "actions": json.loads(a), "gflops": g, "status": s, "mapper": m,
+                                    "created": c}) + "\n")
+        return len(rows)
+
+    def import_jsonl(self, path: str) -> int:
+        n = 0
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    r = json.loads(line)
+                    self.record(r["program"], r["target"], r["actions"], r["gflops"], r["status"],
+                                r.get("name", ""), r.get("shapes", ""), r.get("dtypes", ""), r.get("mapper", ""))
+                    n += 1
+        return n
+
+
+def best_schedule(program: str, target_identity: str, path: str | None = None):
+    """The best known action trace for a program on a target, or None (no database, no entry)."""
+    p = os.path.expanduser(path or DEFAULT_PATH)
+    if not os.path.exists(p):
+        return None
+    with TuningDB(p) as db:
+        hit = db.best(program, target_identity)
+    return None if hit is None else hit[0]

@@ -1,0 +1,228 @@
+"""Mappers: search strategies that propose schedules (Union's mappers, §III-B).
+
+A mapper only proposes; the session (api.py) scores what it proposes with whichever cost
+model was chosen, so any mapper runs with any cost model:
+
+    session.build(plan)       -> LoopTree | None   (None: the frontend refused the plan)
+    session.evaluate(trees)   -> [GFLOPS | None]   (the cost model ranks, the best are measured;
+                                                    None for a candidate left unmeasured)
+    session.predict(trees)    -> [estimated GFLOPS] (cheap; zeros for the measured model)
+    session.measure(trees)    -> [GFLOPS]           (ground truth, always)
+    session.exhausted()       -> the time budget is spent
+
+    scripted      LoopStack §6.3: register blocks x cache tiles, then windows of loop
+                  permutations from the innermost outwards, then staging of inputs
+    exhaustive    every register block x reduction tile x order of the outer loops
+    random        random tilings and orders
+    evolutionary  diversity-aware evolution (two mutants per parent, half kept by diversity,
+                  competing with the parents; the predicted-best batch plus one random measured)
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+from .space import Plan, cache_tiles, mutate_plan, random_plan, register_blocks, window_permutations
+
+
+def _roles(session):
+    """(vector var, row var, other output vars, reduction vars by size) of the main node."""
+    out = list(session.output_vars)
+    vec = out[-1]
+    rest = [v for v in out[:-1]]
+    row = rest[-1] if rest else None       # the output's next dimension (m of a matmul, ow of a conv)
+    others = [v for v in rest if v != row]
+    red = sorted((v for v in session.sizes if v not in out), key=lambda v: -session.sizes[v])
+    return vec, row, others, red
+
+
+def blocked_plan(session, rows: int, vecs: int, kc: int | None) -> Plan:
+    """Output block rows x (vecs vectors) held in registers under the reduction loops, the
+    largest reduction tiled by kc (None: untiled): others vec row red.. row' vec' order."""
+    vec, row, others, red = _roles(session)
+    lanes = session.lanes
+    tiles = {v: () for v in session.sizes}
+    nv = vecs * lanes
+    if nv < session.sizes[vec]:
+        tiles[vec] = (nv,)
+    if row is not None and rows < session.sizes[row]:
+        tiles[row] = (rows,)
+    order = list(others) + [vec if tiles[vec] else None]
+    if red and kc is not None and kc < session.sizes[red[0]]:
+        tiles[red[0]] = (kc,)
+        order += [red[0]]
+        order += [row if row and tiles[row] else None]
+        order += [red[0] + "'"] + red[1:]
+    else:
+        order += [row if row and tiles[row] else None] + red
+    order += [(row + "'") if row and tiles[row] else row]
+    order += [vec + "'" if tiles[vec] else vec]
+    order = [o for o in order if o is not None]
+    return Plan(tuple((v, tiles[v]) for v in session.sizes), tuple(order))
+
+
+def _keep_best(session, plans, best):
+    """Evaluate plans in batches; return the best (gflops, plan) seen (including `best`)."""
+    batch = max(4, 2 * session.workers)
+    for i in range(0, len(plans), batch):
+        if session.exhausted():
+            break
+        chunk = [(p, session.build(p)) for p in plans[i:i + batch]]
+        chunk = [(p, t) for p, t in chunk if t is not None]
+        if not chunk:
+            continue
+        scores = session.evaluate([t for _, t in chunk])
+        for (p, _), g in zip(chunk, scores):
+            if g is not None and g > best[0]:
+                best = (g, p)
+    return best
+
+
+def scripted(session):
+    """LoopStack §6.3's three steps, each keeping the best configuration for the next."""
+    vec, row, others, red = _roles(session)
+    blocks = register_blocks(session.target)
+    blocks.sort(key=lambda rv: (-rv[0] * rv[1], -rv[1]))      # bigger blocks first: most promising
+    kcs = [None] + ([t for t in cache_tiles(session.sizes[red[0]], lo=32) if t < session.sizes[red[0]]]
+                    if red else [])
+    plans = [blocked_plan(session, r, v, kc) for kc in kcs[:1] for r, v in blocks]
+    best = (-1.0, session.start_plan)
+    best = _keep_best(session, plans, best)
+    # the cache tiles of the reduction for the biggest register blocks
+    plans = []
+    for r, v in sorted(blocks, key=lambda rv: -rv[0] * rv[1])[:6]:
+        plans += [blocked_plan(session, r, v, kc) for kc in kcs[1:]]
+    best = _keep_best(session, plans, best)
+    # step 2: permute windows of 5 loops, innermost first; the vectorised innermost loop stays
+    if best[1] is not None and best[0] > 0:
+        order = best[1].order
+        n = len(order) - 1
+        for start in range(max(0, n - 5), -1, -2):
+            if session.exhausted():
+                break
+            cands = [Plan(best[1].tiles, tuple(o[:n]) + (order[-1],), best[1].stage)
+                     for o in window_permutations(order[:n], start, 5)]
+            best = _keep_best(session, cands, best)
+            order = best[1].order
+    # step 3: stage (pack) the inputs of the main statement, at a few depths
+    if best[1] is not None and best[0] > 0:
+        stages = [((i, h),) for i in range(session.n_stage_inputs) for h in range(3)]
+        stages += [((0, h0), (1, h1)) for h0 in range(2) for h1 in range(2)] if session.n_stage_inputs > 1 else []
+        best = _keep_best(session, [Plan(best[1].tiles, best[1].order, s) for s in stages], best)
+    return best
+
+
+def exhaustive(session):
+    """Every register block x reduction tile x permutation of the loops above the block."""
+    vec, row, others, red = _roles(session)
+    kcs = [None] + ([t for t in cache_tiles(session.sizes[red[0]], lo=32) if t < session.sizes[red[0]]]
+                    if red else [])
+    plans = []
+    for (r, v), kc in itertools.product(register_blocks(session.target), kcs):
+        base = blocked_plan(session, r, v, kc)
+        inner = 2 if row else 1
+        outer = base.order[:-inner]
+        for perm in itertools.permutations(outer):
+            plans.append(Plan(base.tiles, tuple(_renumber(perm)) + base.order[-inner:]))
+    seen, uniq = set(), []
+    for p in plans:
+        if p not in seen:
+            seen.add(p)
+            uniq.append(p)
+    return _keep_best(session, uniq, (-1.0, session.start_plan))
+
+
+def _renumber(order):
+    from .space import _fix_prime_order
+
+    return _fix_prime_order(list(order))
+
+
+def random_search(session):
+    rng = random.Random(session.seed)
+    best = (-1.0, session.start_plan)
+    while not session.exhausted():
+        plans = [random_plan(rng, session.sizes, session.lanes) for _ in range(max(4, 2 * session.workers))]
+        best = _keep_best(session, plans, best)
+    return best
+
+
+def _distance(a: Plan, b: Plan) -> float:
+    """Plan dissimilarity: differing log tile sizes plus loop-order inversions."""
+    ta, tb = dict(a.tiles), dict(b.tiles)
+    d = 0.0
+    for v in set(ta) | set(tb):
+        x, y = ta.get(v, ()), tb.get(v, ())
+        for i in range(max(len(x), len(y))):
+            u = x[i] if i < len(x) else 1
+            w = y[i] if i < len(y) else 1
+            d += abs(math.log2(u) - math.log2(w))
+    pos = {n: i for i, n in enumerate(b.order)}
+    common = [n for n in a.order if n in pos]
+    d += sum(1 for i, j in itertools.combinations(range(len(common)), 2) if pos[common[i]] > pos[common[j]])
+    d += 2 * len(set(a.stage) ^ set(b.stage))
+    return d
+
+
+def evolutionary(session, population: int = 12, batch: int = 4):
+    """Diversity-aware evolutionary search (tensor-core paper §3.4): each parent yields two
+    mutants; half of them are kept, chosen greedily by predicted GFLOPS times distance to
+    those already kept; they compete with the parents on (measured or predicted) GFLOPS; the
+    `batch` best unmeasured survivors and one random one are measured."""
+    rng = random.Random(session.seed)
+    seeds = [session.start_plan] + [blocked_plan(session, r, v, None)
+                                    for r, v in rng.sample(register_blocks(session.target), 3)]
+    pop = [p for p in seeds if session.build(p) is not None]
+    while len(pop) < population:
+        p = random_plan(rng, session.sizes, session.lanes)
+        if session.build(p) is not None:
+            pop.append(p)
+    score: dict[Plan, float] = {}
+    measured: dict[Plan, float] = {}
+
+    def measure(plans):
+        trees = [session.build(p) for p in plans]
+        res = session.measure(trees)
+        for p, g in zip(plans, res):
+            measured[p] = g
+            score[p] = g
+
+    measure(pop[:batch])
+    while not session.exhausted():
+        kids = []
+        for p in pop:
+            for _ in range(2):
+                for _try in range(5):
+                    k = mutate_plan(rng, p, session.sizes, session.lanes, session.n_stage_inputs)
+                    if k not in score and k not in kids and session.build(k) is not None:
+                        kids.append(k)
+                        break
+        if not kids:
+            continue
+        pred = session.predict([session.build(k) for k in kids])
+        for k, g in zip(kids, pred):
+            score[k] = g
+        # keep half of the mutants, by predicted quality and diversity
+        ranked = sorted(kids, key=lambda k: -score[k])
+        kept = [ranked[0]]
+        top = max(score[ranked[0]], 1e-9)
+        while len(kept) < max(1, len(kids) // 2):
+            best_k = max((k for k in ranked if k not in kept),
+                         key=lambda k: (0.5 + score[k] / top) * (1 + min(_distance(k, q) for q in kept)))
+            kept.append(best_k)
+        todo = [k for k in sorted(kept, key=lambda k: -score[k]) if k not in measured][:batch]
+        rest = [k for k in kept if k not in measured and k not in todo]
+        if rest:
+            todo.append(rng.choice(rest))
+        measure(todo)
+        pool = sorted(set(pop) | set(kept), key=lambda p: -score.get(p, 0.0))
+        pop = pool[:population]
+    if not measured:
+        return (-1.0, session.start_plan)
+    p = max(measured, key=measured.get)
+    return (measured[p], p)
+
+
+MAPPERS = {"scripted": scripted, "exhaustive": exhaustive, "random": random_search,
+           "evolutionary": evolutionary}

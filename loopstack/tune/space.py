@@ -1,0 +1,241 @@
+"""The search space: schedules as action traces built from the frontend's pure mutations.
+
+A candidate schedule is described by a small `Plan` for the program's main compute node
+(the one with the most loops): how each of its variables is tiled and in which order its
+loops run.  `realize(base, plan)` turns a plan into frontend mutations (splits, then
+adjacent loop swaps, then optional staging of inputs), so every tuning result is the
+replayable trace `tree.actions`, and `lt.apply_actions(base, tree.actions) == tree`.
+
+    base:    for m in 256 / for k in 256 / for n in 256          (unscheduled)
+    plan:    tiles {m: (6,), n: (16,)}, order n m k m' n'
+    tree:    for n in 16 / for m in 42 r 4 / for k in 256 / for m' in 6 / for n' in 16
+    actions: split(2, 16), split(0, 6), swap_loops(...), ...
+
+Illegal plans raise `ScheduleError` from the frontend; mappers skip them.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+
+from ..errors import ScheduleError
+from ..frontend.mutate import Action, apply_actions
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Tiles per variable (element sizes, outermost first) and a loop order.
+
+    `order` lists loops by name, primes counting the tiling level from the outside
+    ("m", "m'", "m''"): the variable's loop of level 0 covers the whole extent.
+    `stage` lists input indices of the main node to stage (copy_input), each with how
+    many of the node's loops the copy stops sharing (0: placed just before the node).
+    """
+    tiles: tuple[tuple[str, tuple[int, ...]], ...]
+    order: tuple[str, ...]
+    stage: tuple[tuple[int, int], ...] = field(default=())
+
+    def describe(self) -> str:
+        t = " ".join(f"{v}:{'x'.join(map(str, s))}" for v, s in self.tiles if s)
+        st = f" stage {list(self.stage)}" if self.stage else ""
+        return f"[{t}] {' '.join(self.order)}{st}"
+
+
+def main_node(tree) -> int:
+    """The graph id of the node with the most loops (ties: the one with most flops, last)."""
+    best, key = None, None
+    for ref in tree.nodes:
+        nid = tree.ir_node(ref)
+        n = tree.graph.node(nid)
+        if n.op in ("read", "write", "copy"):
+            continue
+        k = (len(tree.path(ref)), n.op != "view", nid)
+        if key is None or k > key:
+            best, key = nid, k
+    if best is None:
+        raise ScheduleError("the program has no compute node to schedule")
+    return best
+
+
+def stage_node(tree, nid: int) -> int:
+    """The node whose inputs staging copies: the one with most inputs in `nid`'s innermost loop."""
+    path = tree.path(tree.ref_of(nid))
+    leaves = tree.leaves_under(path[-1]) if path else [nid]
+    return max(leaves, key=lambda i: (len(tree.graph.node(i).inputs), -i))
+
+
+def loop_names(tree, nid: int) -> list[str]:
+    """Names of the loops around node `nid`, outermost first ("m", "m'", ...)."""
+    return [tree.loop_name(r) for r in tree.path(tree.ref_of(nid))]
+
+
+def var_sizes(tree, nid: int) -> dict[str, int]:
+    g = tree.graph
+    return {v: g.size(v) for v in g.domain(g.node(nid))}
+
+
+def default_order(tree, nid: int) -> list[str]:
+    return loop_names(tree, nid)
+
+
+def realize(base, plan: Plan, nid: int | None = None):
+    """The loop tree `plan` describes, built by mutations of `base` (its actions record them)."""
+    tree = base
+    nid = main_node(base) if nid is None else nid
+    for v, tiles in plan.tiles:
+        for t in tiles:
+            refs = [r for r in tree.path(tree.ref_of(nid)) if tree.items[r].entry[0] == v]
+            if not refs:
+                raise ScheduleError(f"plan: node %{nid} has no loop over {v}")
+            tree = tree.split(refs[-1], t)       # the innermost loop of v has step 1
+    names = loop_names(tree, nid)
+    if sorted(names) != sorted(plan.order):
+        raise ScheduleError(f"plan: order {' '.join(plan.order)} does not name the loops "
+                            f"{' '.join(names)}")
+    # bubble the loops into place with adjacent swaps (each a legal frontend mutation)
+    target = {name: i for i, name in enumerate(plan.order)}
+    changed = True
+    while changed:
+        changed = False
+        names = loop_names(tree, nid)
+        for d in range(len(names) - 1):
+            if target[names[d]] > target[names[d + 1]]:
+                path = tree.path(tree.ref_of(nid))
+                tree = tree.swap_loops(path[d], path[d + 1])
+                changed = True
+                break
+    for idx, hoist in plan.stage:
+        sid = stage_node(tree, nid)
+        tree = tree.copy_input(tree.ref_of(sid), idx)
+        copy_id = tree.graph.node(sid).inputs[idx]
+        for _ in range(hoist):
+            tree = tree.decrease_reuse(tree.ref_of(copy_id))
+    return tree
+
+
+def replay(base, actions):
+    """`base` with a stored action trace applied (lists from JSON or Action values)."""
+    return apply_actions(base, [a if isinstance(a, Action) else Action(a[0], tuple(a[1]))
+                                for a in actions])
+
+
+def actions_json(tree) -> list:
+    return [[a.kind, list(a.args)] for a in tree.actions]
+
+
+# -- generators of plans ---------------------------------------------------------------------
+
+def register_blocks(target, dtype="float32", limit: int | None = None) -> list[tuple[int, int]]:
+    """(rows, vectors) output blocks whose accumulators fit the register file.
+
+    rows x vectors accumulators, plus `vectors` registers for the loaded row of the
+    second input and one for the broadcast: the no-spill rule of the backend.
+    """
+    regs = target.vector_registers if limit is None else limit
+    out = []
+    for vecs in range(1, 5):
+        for rows in range(1, 17):
+            if rows * vecs + vecs + 1 <= regs and rows * vecs >= 4:
+                out.append((rows, vecs))
+    return out
+
+
+def cache_tiles(extent: int, lo: int = 16) -> list[int]:
+    """Cache tile sizes for a loop of `extent`: powers of two and the whole extent."""
+    out = [t for t in (16, 32, 64, 128, 256, 512) if lo <= t < extent]
+    return out + [extent]
+
+
+def window_permutations(order: tuple[str, ...], start: int, width: int = 5):
+    """Every order that permutes the window order[start:start+width] and keeps the rest."""
+    win = order[start:start + width]
+    for p in itertools.permutations(win):
+        if p != tuple(win):
+            yield order[:start] + p + order[start + width:]
+
+
+def random_plan(rng: random.Random, sizes: dict[str, int], lanes: int, max_levels: int = 2) -> Plan:
+    """A random tiling and loop order of the main node's variables."""
+    tiles, order = [], []
+    for v, ext in sizes.items():
+        levels = rng.randint(0, max_levels)
+        cands = sorted({t for t in (2, 3, 4, 6, 8, 16, 32, 64, 128, lanes, 2 * lanes) if t < ext})
+        chosen = sorted(rng.sample(cands, min(levels, len(cands))), reverse=True)
+        tiles.append((v, tuple(chosen)))
+        order += [v + "'" * i for i in range(len(chosen) + 1)]
+    rng.shuffle(order)
+    order = _fix_prime_order(order)
+    return Plan(tuple(tiles), tuple(order))
+
+
+def _fix_prime_order(order: list[str]) -> list[str]:
+    """Renumber primes so that each variable's loops appear outermost level first."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in order:
+        v = name.rstrip("'")
+        out.append(v + "'" * seen.get(v, 0))
+        seen[v] = seen.get(v, 0) + 1
+    return out
+
+
+def mutate_plan(rng: random.Random, plan: Plan, sizes: dict[str, int], lanes: int,
+                n_inputs: int = 2) -> Plan:
+    """One random edit: retile a variable, swap two loops, or toggle staging of an input."""
+    tiles = dict(plan.tiles)
+    order = list(plan.order)
+    r = rng.random()
+    if r < 0.4:
+        v = rng.choice(list(sizes))
+        ext = sizes[v]
+        cands = sorted({t for t in (2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 64, 128, lanes, 2 * lanes) if t < ext})
+        old = tiles.get(v, ())
+        if old and rng.random() < 0.5:
+            new = list(old)
+            i = rng.randrange(len(new))
+            new[i] = rng.choice(cands) if cands else new[i]
+            new = sorted(set(new), reverse=True)
+        elif cands:
+            new = sorted(set(old) | {rng.choice(cands)}, reverse=True)[:3]
+        else:
+            new = []
+        names = [v + "'" * i for i in range(len(new) + 1)]
+        kept = [n for n in order if n.rstrip("'") != v]
+        # keep the variable's old positions where possible, extra loops go innermost
+        pos = [i for i, n in enumerate(order) if n.rstrip("'") == v][:len(names)]
+        order = kept
+        for k, name in enumerate(names):
+            at = pos[k] if k < len(pos) else len(order)
+            order.insert(min(at, len(order)), name)
+        tiles[v] = tuple(new)
+        order = _fix_prime_order(order)
+    elif r < 0.85 and len(order) > 1:
+        i = rng.randrange(len(order) - 1)
+        j = i + 1 if rng.random() < 0.6 else rng.randrange(len(order))
+        order[i], order[j] = order[j], order[i]
+        order = _fix_prime_order(order)
+    else:
+        st = dict(plan.stage)
+        idx = rng.randrange(n_inputs)
+        if idx in st:
+            del st[idx]
+        else:
+            st[idx] = rng.randint(0, 2)
+        return Plan(tuple(tiles.items()), tuple(order), tuple(sorted(st.items())))
+    return Plan(tuple((v, tuple(tiles.get(v, ()))) for v in sizes), tuple(order), plan.stage)
+
+
+def plan_of(tree, nid: int) -> Plan:
+    """The plan of an unstaged tree's main node (tiles read back from its loops)."""
+    ns = tree.node_schedule(nid)
+    from ..frontend.tree import steps
+
+    st = steps(ns.order)
+    tiles: dict[str, list[int]] = {}
+    for (v, _s, _t), step in zip(ns.order, st):
+        tiles.setdefault(v, []).append(step)
+    tiles = {v: s[:-1] for v, s in tiles.items()}       # the innermost loop has step 1
+    sizes = var_sizes(tree, nid)
+    return Plan(tuple((v, tuple(sorted(tiles.get(v, ()), reverse=True))) for v in sizes),
+                tuple(loop_names(tree, nid)))

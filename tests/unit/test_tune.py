@@ -1,0 +1,144 @@
+"""The autotuner: replayable schedules, interchangeable mappers and cost models, fault-isolated
+measurement, the tuning database.  Tiny programs and budgets; no timing is asserted."""
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import loopstack as lt
+from loopstack.frontend.run import program
+from loopstack.tune import db as tdb
+from loopstack.tune.api import TuneConfig, tune
+from loopstack.tune.cost import AnalyticalCost, LearnedCost, Machine
+from loopstack.tune.measure import CRASH, OK, TIMEOUT, WRONG, Measurement, WorkerPool, measure_job
+from loopstack.tune.space import Plan, main_node, plan_of, realize, replay
+
+pytestmark = pytest.mark.skipif(lt.default_target() != "x86", reason="needs the x86 backend on this CPU")
+
+
+def mm(n=32, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    s = lt.SymbolGenerator()
+    return (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k), a @ b
+
+
+def config(tmp_path, **kw):
+    return TuneConfig(db_path=str(tmp_path / "tuning.db"), timeout_s=10, runs=2, **kw)
+
+
+def test_plans_realize_as_replayable_action_traces():
+    C, ref = mm()
+    base = C.loop_tree
+    plan = Plan((("m", (4,)), ("k", (16,)), ("n", (16,))), ("n", "k", "m", "k'", "m'", "n'"), ((1, 0),))
+    t = realize(base, plan)
+    assert lt.apply_actions(base, t.actions) == t
+    assert replay(base, json.loads(json.dumps([[a.kind, list(a.args)] for a in t.actions]))) == t
+    assert lt.deserialize(lt.serialize(t)) == t
+    C.set(t)
+    np.testing.assert_allclose(C.numpy(target="interp"), ref, rtol=1e-4, atol=1e-4)
+    nid = main_node(base)
+    unstaged = Plan(plan.tiles, plan.order)
+    assert plan_of(realize(base, unstaged), nid) == unstaged
+
+
+@pytest.mark.parametrize("mapper,cost_model", [
+    ("scripted", "measure"), ("scripted", "analytical"), ("random", "learned"),
+    ("evolutionary", "measure"), ("evolutionary", "learned"), ("exhaustive", "analytical")])
+def test_any_mapper_with_any_cost_model(tmp_path, mapper, cost_model):
+    C, ref = mm()
+    res = tune(C, budget_s=1.0, mapper=mapper, cost_model=cost_model, workers=1, config=config(tmp_path))
+    assert res.measured >= 1 and res.gflops >= res.default_gflops > 0
+    tree = replay(C.loop_tree, res.actions)
+    assert tree == res.tree
+    C.set(tree)
+    np.testing.assert_allclose(C.numpy(), ref, rtol=1e-4, atol=1e-4)
+    assert [h["best"] for h in res.history] == sorted(h["best"] for h in res.history)
+
+
+def _faulty_job(text, inputs, reference, runs, target):
+    if text == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if text == "hang":
+        time.sleep(60)
+    if text == "raise":
+        raise RuntimeError("broken candidate")
+    return Measurement(1.0, OK)
+
+
+def test_crashing_and_hanging_candidates_are_recorded_and_the_pool_goes_on():
+    with WorkerPool([], None, workers=2, timeout=1.0, job=_faulty_job) as pool:
+        res = pool.measure(None, texts=["ok", "crash", "ok", "hang", "raise", "ok"])
+    assert [r.status for r in res] == [OK, CRASH, OK, TIMEOUT, "error", OK]
+    assert "broken candidate" in res[4].detail
+
+
+def test_wrong_answers_are_caught_against_the_reference():
+    C, ref = mm(16)
+    t = C.loop_tree.split(2, 8)
+    ir = t.lower()
+    inputs = [np.ascontiguousarray(r.data) for r in program(C).reads]
+    good = measure_job(lt.serialize(t), inputs, inputs[0] @ inputs[1], 1, None)
+    bad = measure_job(lt.serialize(t), inputs, inputs[0] @ inputs[1] + 1, 1, None)
+    assert good.status == OK and good.gflops > 0
+    assert bad.status == WRONG and "max error" in bad.detail
+    assert ir is not None
+
+
+def test_the_tuner_survives_failing_candidates(tmp_path):
+    calls = []
+
+    def job(text, inputs, reference, runs, target):
+        calls.append(1)
+        if '"split"' in text and text.count('"split"') == 1:
+            os._exit(3)                              # every once-split candidate "crashes"
+        return measure_job(text, inputs, reference, runs, target)
+
+    C, _ = mm()
+    res = tune(C, budget_s=1.0, mapper="random", workers=2, config=config(tmp_path), job=job)
+    assert res.failed >= 1 and res.measured > res.failed
+    assert any(h["status"] == CRASH for h in res.history)
+
+
+def test_database_round_trip_export_import_and_reuse(tmp_path, monkeypatch):
+    C, ref = mm()
+    cfg = config(tmp_path)
+    res = tune(C, budget_s=1.0, mapper="scripted", config=cfg)
+    graph = program(C).graph
+    key = tdb.program_key(graph)
+    assert key == res.program == tdb.program_key(program(mm()[0]).graph)   # rebuilt: same key
+    target_id = lt.isa.target.host_target().identity
+    actions = tdb.best_schedule(key, target_id, cfg.db_path)
+    assert actions == res.actions
+    tree = replay(C.loop_tree, actions)
+    C.set(tree)
+    np.testing.assert_allclose(C.numpy(), ref, rtol=1e-4, atol=1e-4)
+    with tdb.TuningDB(cfg.db_path) as db:
+        assert len(db.measurements(key, target_id)) == res.measured
+        n = db.export_jsonl(str(tmp_path / "out.jsonl"))
+    with tdb.TuningDB(str(tmp_path / "other.db")) as other:
+        assert other.import_jsonl(str(tmp_path / "out.jsonl")) == n
+        assert other.best(key, target_id)[0] == actions
+    assert tdb.best_schedule(key, target_id, str(tmp_path / "missing.db")) is None
+    monkeypatch.setenv("LOOPSTACK_TUNING_DB", str(tmp_path / "env.db"))
+    assert TuneConfig.from_env().db_path == str(tmp_path / "env.db")
+    assert TuneConfig.from_env(str(tmp_path / "x.db")).db_path == str(tmp_path / "x.db")
+
+
+def test_analytical_model_prefers_a_register_block():
+    from loopstack.isa.target import host_target
+
+    C, _ = mm(128)
+    base = C.loop_tree
+    blocked = realize(base, Plan((("m", (6,)), ("k", ()), ("n", (16,))), ("n", "m", "k", "m'", "n'")))
+    machine = Machine.of(host_target(), 100.0)
+    a = AnalyticalCost(machine).predict([base, blocked])
+    assert all(np.isfinite(a)) and a[1] > a[0] > 0
+    learned = LearnedCost(machine, min_samples=2)
+    learned.observe([base, blocked], [20.0, 90.0])
+    p = learned.predict([base, blocked])
+    assert p[1] > p[0]
