@@ -142,10 +142,14 @@ def _parallel_matmul(M, N, K):
 def test_parallel_loop_matches_serial_exactly():
     kernel = compile(_parallel_matmul(61, 40, 33))
     A, B = matmul_args(61, 40, 33)
+    C = np.zeros((61, 40), np.float32)
     kernel.threads = 1
-    serial = kernel.run(A, B)[0]
-    kernel.threads = 2
-    parallel = kernel.run(A, B)[0]
+    kernel(A, B, C)
+    serial = C.copy()
+    kernel.threads = 2              # the same arrays again: the argument cache must follow
+    C[...] = 0
+    kernel(A, B, C)
+    parallel = C
     np.testing.assert_array_equal(serial, parallel)
     np.testing.assert_allclose(parallel, A @ B, rtol=1e-4, atol=1e-4)
 

@@ -150,7 +150,7 @@ class X86Kernel(KernelBase):
 
     def _execute(self, arrays) -> None:
         # the cache holds the arrays themselves, so their ids cannot be reused while cached
-        key = tuple(map(id, arrays))
+        key = (self.threads, *map(id, arrays))
         if self._arg_cache is None or self._arg_cache[0] != key:
             self._arg_cache = (key, [self._pointers(arrays, t) for t in range(max(1, self.threads))], arrays)
         ptrs = self._arg_cache[1]
