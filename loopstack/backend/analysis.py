@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..dtypes import dtype as _dtype
 from ..looptree.ir import (
-    Access, Acc, Binary, Compute, Const, Load, Loop, LoopTree, Unary, expr_loads, loop_var,
+    Access, Acc, Binary, Compute, Const, Load, Loop, LoopTree, Unary, loop_var,
 )
 
 # ---------------------------------------------------------------------------

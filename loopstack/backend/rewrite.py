@@ -25,7 +25,7 @@ from dataclasses import replace
 from ..errors import UnsupportedError
 from ..looptree.ir import (
     REDUCE_IDENTITY, Acc, Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree,
-    Unary,
+    Unary, statements,
 )
 from .analysis import block_footprint, indexes_output, perfect_statement, reads_output, reduction_loops
 
@@ -100,7 +100,7 @@ def stage_padded_reads(tree: LoopTree) -> LoopTree:
         return tree
     written_in: dict[str, set[int]] = {}
     for top, node in enumerate(tree.body):
-        for s in _statements(node):
+        for s in statements(node):
             written_in.setdefault(s.out.buffer, set()).add(top)
     body = [fix(n, top) for top, n in enumerate(tree.body)]
     out = []
@@ -117,13 +117,6 @@ def stage_padded_reads(tree: LoopTree) -> LoopTree:
         out.append(node)
     return LoopTree(tuple(new_buffers), tuple(new_dims), tuple(out))
 
-
-def _statements(node):
-    if isinstance(node, Compute):
-        yield node
-    else:
-        for n in node.body:
-            yield from _statements(n)
 
 
 # ---------------------------------------------------------------------------

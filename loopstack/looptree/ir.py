@@ -237,6 +237,15 @@ class Loop:
 Node = Union[Loop, Compute]
 
 
+def statements(node: Node) -> Iterator[Compute]:
+    """Every statement in a subtree, in program order."""
+    if isinstance(node, Compute):
+        yield node
+    else:
+        for n in node.body:
+            yield from statements(n)
+
+
 @dataclass(frozen=True)
 class LoopTree:
     buffers: tuple[Buffer, ...]

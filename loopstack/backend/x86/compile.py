@@ -20,7 +20,7 @@ from ...errors import ScheduleError, UnsupportedError
 from ...isa.execmem import ExecutableCode, pointer_array
 from ...isa.target import get_target
 from ...isa.x86.assembler import Assembler
-from ...looptree.ir import Compute, Loop, LoopTree, loop_var
+from ...looptree.ir import Loop, LoopTree, loop_var, statements
 from ..kernel_base import KernelBase, allocate
 from ..rewrite import split_init_post, stage_padded_reads
 from .nest import SegmentCompiler, max_accumulators
@@ -76,7 +76,7 @@ def check_parallel(tree: LoopTree) -> set[str]:
     private: set[str] = set()
     users: dict[str, set[int]] = {}
     for top, node in enumerate(tree.body):
-        for s in _statements(node):
+        for s in statements(node):
             for acc in (s.out, *s.reads()):
                 users.setdefault(acc.buffer, set()).add(top)
     for top, node in enumerate(tree.body):
@@ -84,7 +84,7 @@ def check_parallel(tree: LoopTree) -> set[str]:
             continue
         mine = {t.name for t in tree.temps if users.get(t.name) == {top}}
         private |= mine
-        for s in _statements(node):
+        for s in statements(node):
             if s.out.buffer in mine:
                 continue
             names = s.out.names()
@@ -94,13 +94,6 @@ def check_parallel(tree: LoopTree) -> set[str]:
                     f"without indexing dimension {node.dim}")
     return private
 
-
-def _statements(node):
-    if isinstance(node, Compute):
-        yield node
-    else:
-        for n in node.body:
-            yield from _statements(n)
 
 
 class X86Kernel(KernelBase):

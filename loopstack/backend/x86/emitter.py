@@ -14,8 +14,8 @@ import struct
 from dataclasses import dataclass
 
 from ...errors import UnsupportedError
-from ...isa.x86.operands import K, Gpr, Mem, Vec, rax
-from ...looptree.ir import REDUCE_IDENTITY, Acc, Access, Binary, Compute, Const, Load, LoopTree, Unary
+from ...isa.x86.operands import K, Gpr, Mem, Vec
+from ...looptree.ir import REDUCE_IDENTITY, Acc, Access, Binary, Compute, Const, Load, LoopTree, Unary, expr_loads
 from ..analysis import ByteMap, byte_map, element_stride
 from .values import RegisterFile, Val
 from . import vmath
@@ -246,7 +246,7 @@ class Emitter:
     # -- expressions -----------------------------------------------------------
     def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs) -> None:
         for e in exprs:
-            for acc in _loads(e):
+            for acc in expr_loads(e):
                 key = self.load_key(acc, static, shape)
                 self.regs.uses[key] = self.regs.uses.get(key, 0) + 1
 
@@ -383,13 +383,3 @@ class Emitter:
         self.asm.emit("vshufps", Vec(t, 128), Vec(acc, 128), Vec(acc, 128), 0x01)
         self.asm.emit(op, Vec(acc, 128), Vec(acc, 128), Vec(t, 128))
         self.regs.release(t)
-
-
-def _loads(e):
-    if isinstance(e, Load):
-        yield e.access
-    elif isinstance(e, Unary):
-        yield from _loads(e.x)
-    elif isinstance(e, Binary):
-        yield from _loads(e.a)
-        yield from _loads(e.b)

@@ -16,13 +16,13 @@ emitted together, so loads used several times are loaded once (paper §5.1, reus
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ...errors import ScheduleError, UnsupportedError
-from ...isa.x86.operands import GPR64, Gpr, Mem, Vec, rax, rbp, rbx, rdi, rdx, rsi, rsp, r12, r13, r14, r15
-from ...looptree.ir import REDUCE_IDENTITY, Compute, Const, Load, Loop, LoopTree, loop_var
+from ...isa.x86.operands import GPR64, Gpr, Mem, rax, rbp, rbx, rdi, rdx, rsi, rsp, r12, r13, r14, r15
+from ...looptree.ir import REDUCE_IDENTITY, Compute, Const, Load, Loop, LoopTree, loop_var, statements
 from ..analysis import (
-    VectorPlan, block_footprint, byte_map, chain_below, indexes_output, loop_delta, perfect_statement,
+    VectorPlan, block_footprint, byte_map, chain_below, indexes_output, perfect_statement,
     reads_output, reduction_loops, subtree_size, trips, uses_heavy_math, vector_plan,
 )
 from .emitter import Emitter, Shape, Val
@@ -126,7 +126,7 @@ class SegmentCompiler:
 
     def _streams(self) -> list[tuple]:
         seen: dict[tuple, None] = {}
-        for s in _statements(self.node):
+        for s in statements(self.node):
             for acc in (s.out, *s.reads()):
                 seen.setdefault(byte_map(self.tree, acc).stream, None)
         return list(seen)
@@ -320,7 +320,6 @@ class SegmentCompiler:
         along = plan is None or plan.along_output
         keys = self._block_keys(chain, stmt, plan, ctx)
         em = self.em
-        stack_above = ()  # reduction loops above the block: none when init/post stay fused
         fused = all(lp in chain for lp in reduction_loops(stmt, self._stack_to(root) + tuple(chain)))
         accs: dict[int, int] = {}
         for static, shape in keys:
@@ -521,11 +520,3 @@ def _zero_safe(stmt: Compute, em: Emitter, shape: Shape) -> bool:
     if isinstance(e, Binary) and e.op == "mul":
         return any(isinstance(x, Load) and em.load_kind(x.access, shape) == "vec" for x in (e.a, e.b))
     return False
-
-
-def _statements(node):
-    if isinstance(node, Compute):
-        yield node
-    else:
-        for n in node.body:
-            yield from _statements(n)
