@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "bench": "loopstack.commands.bench",
     "asm": "loopstack.commands.asm:AsmCommand",
     "show": "loopstack.commands.asm:ShowCommand",
+    "tui": "tui.command",
     "tune": "loopstack.tune.command",
 }
 
