@@ -42,6 +42,8 @@ __all__ = ["default_schedule", "best_known_schedule", "schedule_for", "BlockChoi
 _BYTES = 4              # fp32
 _LINE = 64
 _MAX_ACC = 13           # the x86 backend keeps at most this many accumulators of an FMA block
+_PACK_MIN_ROWS = 8      # pack B panels when at least this many output rows sweep each one
+_PACK_PANEL = 64 << 10  # the largest packed panel (bytes) left untiled along k
 
 
 def _target(target):
@@ -119,6 +121,7 @@ class Plan:
     vec: str
     reduce_tile: tuple | None   # (var, tile)
     vec_tile: int | None
+    pack: int | None = None     # the input of the multiply staged per vector panel (copy_input)
 
 
 def plan(graph, node, tgt) -> Plan:
@@ -163,11 +166,27 @@ def plan(graph, node, tgt) -> Plan:
     if red and not depthwise:
         k_span = reduce_tile[1] * (red_elems // size(reduce_tile[0])) if reduce_tile else red_elems
         panel = k_span * size(vec) * _BYTES
-        if panel > tgt.l2 // 2 and size(vec) > vb:
+        # (a vector tile is a multiple of the block dividing the extent: none when the block
+        # leaves a tail, which the outer vector loop then takes)
+        if panel > tgt.l2 // 2 and size(vec) > vb and size(vec) % vb == 0:
             fit = max(vb, ((tgt.l2 // 2) // (k_span * _BYTES)) // vb * vb)
             vt = _divisor_at_most(size(vec), fit, vb)
             if vb < vt < size(vec):
                 vec_tile = vt
+
+    # packing (matmul): the reduced operand B[k, n] has rows N*4 bytes apart, which alias in L1
+    # and split cache lines; staged per panel (copy_input under the panel loop) its rows are
+    # vb*4 bytes apart and contiguous. Worth it when B does not sit in L1 anyway.
+    pack = None
+    if mult is not None and len(red) == 1 and not depthwise and row and size(vec) > vb:
+        ins = list(mult.inputs)
+        bs = [i for i, x in enumerate(ins) if _read_vars(graph, x) == {red[0], vec}]
+        if bs and size(row) >= _PACK_MIN_ROWS and red_elems * size(vec) * _BYTES > tgt.l1d // 2:
+            pack = bs[0]
+            vec_tile = None
+            reduce_tile = None
+            if red_elems * vb * _BYTES > _PACK_PANEL:
+                reduce_tile = (red[0], _divisor_at_most(red_elems, _PACK_PANEL // (vb * _BYTES), 8))
 
     order = []
     if vec_tile:
@@ -192,7 +211,7 @@ def plan(graph, node, tgt) -> Plan:
     order.append((vec, vb, 0))
     order = _clean(order, graph, node)
     out_order = tuple(e for e in order if e[0] not in red)
-    return Plan(tuple(order), _clean(list(out_order), graph, node, out), blk, vec, reduce_tile, vec_tile)
+    return Plan(tuple(order), _clean(list(out_order), graph, node, out), blk, vec, reduce_tile, vec_tile, pack)
 
 
 def _clean(order, graph, node, dom=None):
@@ -244,6 +263,7 @@ def default_schedule(tensor, target=None):
 
     Apply with `tensor.set(tree)`."""
     from ..frontend.graph import SCHEDULED
+    from ..frontend.mutate import copy_input
     from ..frontend.tree import LoopTree
 
     tree = tensor if isinstance(tensor, LoopTree) else tensor.loop_tree
@@ -274,7 +294,13 @@ def default_schedule(tensor, target=None):
         p = by_out.get(frozenset(dom))
         if p is not None:
             sched[n.id] = replace(sched[n.id], order=p.out_order)
-    return tree._with(sched=sched)
+    tree = tree._with(sched=sched)
+    for nid, p in plans.items():
+        if p.pack is None:
+            continue
+        mult = _producer(g, g.node(nid))
+        tree = copy_input(tree, tree.ref_of(mult.id), p.pack)
+    return tree
 
 
 def _elementwise(tree, tgt):

@@ -108,3 +108,19 @@ def test_verdict_columns():
     row["gflops"] = 80.0
     status, missed = bench.verdict(row)
     assert status == "miss" and ">=1.0x numpy" in missed and ">=90% peak" in missed
+
+
+def test_default_schedule_packs_wide_matmul_panels():
+    from loopstack.tune.defaults import default_schedule
+
+    Y, ref = get_workload("MM-128").build(seed=2)
+    tree = default_schedule(Y)
+    assert any(tree.graph.node(tree.ir_node(r)).op == "copy" for r in tree.nodes)
+    temps = [b for b in tree.lower().temps]
+    assert [tuple(b.shape) for b in temps] == [(128, 16)]     # one 16-wide panel of B
+    Y.set(tree)
+    np.testing.assert_allclose(Y.numpy(), ref(), rtol=1e-4, atol=1e-4)
+    Y, _ = get_workload("MM-64").build(seed=2)                 # B fits half of L1: no packing
+    tree = default_schedule(Y)
+    assert all(tree.graph.node(tree.ir_node(r)).op != "copy" for r in tree.nodes)
+
