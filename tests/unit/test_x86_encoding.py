@@ -561,3 +561,52 @@ def test_getattr_sugar():
         asm.not_an_instruction
     assert len(asm) == 2
     assert isinstance(Label("x"), Label) and xmm0.bits == 128 and r8.num == 8 and k2.num == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Instruction templates: an instruction seen before (same registers, same memory shape) is copied
+# from a template with its displacement spliced in; it must match the encoders exactly
+# ---------------------------------------------------------------------------------------------
+
+@settings(max_examples=300)
+@given(_form_and_operands(), st.lists(_DISPS, min_size=1, max_size=4))
+def test_templates_match_encoders(case, disps):
+    form, ops = case
+    if form.rel:
+        return
+    chosen = LOOKUP[(form.mnemonic,) + tuple(_kind(o) for o in ops)]
+    # the same shape again with other displacements: the second and later emits use the template
+    variants = [ops] + [tuple(Mem(o.base, o.index, o.scale, d, o.bits, o.broadcast, o.label, o.mask)
+                              if isinstance(o, Mem) else o for o in ops) for d in disps]
+    for v in variants:
+        try:
+            want = encode(chosen, *v)
+        except EncodingError as e:
+            with pytest.raises(EncodingError, match=re.escape(str(e))):
+                Assembler().emit(form.mnemonic, *v)
+            continue
+        asm = Assembler()
+        asm.emit(form.mnemonic, *v)
+        asm.emit(form.mnemonic, *v)
+        assert asm.bytes() == want * 2, (v, asm.bytes().hex(), want.hex())
+
+
+def test_code_size():
+    asm = Assembler()
+    c = asm.const(bytes(range(32)), align=32)
+    top = asm.label("top")
+    asm.bind(top)
+    asm.vmovups(ymm0, c)
+    for _ in range(40):
+        asm.vfmadd231ps(ymm1, ymm2, Mem(rdi, rax, 4, 0x1000))
+    asm.add(rax, 8)
+    asm.jne(top)                                        # relaxed to rel32: 40 x 8 bytes back
+    asm.ret()
+    code = asm.bytes()
+    n = asm.code_size
+    assert n == len(asm.bytes()[:c.label.offset].rstrip(b"\xcc"))
+    assert sum(i.len for i in iced.Decoder(64, code[:n])) == n
+    assert code[n - 1] == 0xC3 and set(code[n:c.label.offset]) <= {0xCC}
+    plain = Assembler()
+    plain.ret()
+    assert plain.code_size == len(plain.bytes()) == 1

@@ -7,7 +7,10 @@
     code = asm.bytes()
 
 `emit` computes one operand kind per operand, looks up (mnemonic, kinds...) in a dict built
-at import from the form table, and runs the Op/En class encoder into one bytearray.
+at import from the form table, and runs the form's encoder into one bytearray. An
+instruction of a shape it has encoded before (the same interned register objects, e.g. ymm3
+or YMM[3] rather than a new Vec(3, 256); for memory the same base, index, scale, size and
+mask, any displacement) is copied from a template instead: see "Instruction templates".
 
 Branches to labels are not written into that bytearray: they are recorded at their position
 and laid out in `bytes()`, first all short (rel8), then lengthening any that do not reach
@@ -21,12 +24,71 @@ import functools
 import struct
 
 from ...errors import EncodingError
-from .encode import CORES, ENCODERS
+from .encode import BASE_NUM, INDEX_NUM, compile_form, put_mem
 from .forms import FORMS_BY_MNEMONIC, LOOKUP, MNEMONICS
 from .operands import GPR8, GPR32, GPR64, K, RIP, XMM, YMM, ZMM, Gpr, Label, MaskReg, Mem, Vec
 
-# (mnemonic, kinds...) -> (form, class encoder, prefix encoder): one dict lookup per instruction
-_TABLE = {key: (f, ENCODERS[f.openc], CORES[f.prefix]) for key, f in LOOKUP.items()}
+
+def _table_entry(key: tuple, f) -> tuple:
+    """(encoder, form, heads, r/m index) for one lookup key; the encoder is None for a branch.
+
+    The key's kind for the r/m operand says whether it is memory ("m...", "b..."), so the
+    encoder specialised for a register or a memory r/m is chosen here, once, not per call.
+    """
+    if f.rel:
+        return None, f, None, -1
+    reg, mem, heads, rm = compile_form(f)
+    return (mem if rm >= 0 and key[1 + rm][0] in "mb" else reg), f, heads, rm
+
+
+# (mnemonic, kinds...) -> (encoder, form, heads, r/m index): one dict lookup per instruction
+_TABLE = {key: _table_entry(key, f) for key, f in LOOKUP.items()}
+_table_get = _TABLE.get
+
+# Instruction templates. A code generator emits the same instruction shapes over and over
+# (the same accumulators, the same base and index registers; what changes is the displacement),
+# and an instruction's bytes are a function of its form, its registers, its immediate and, for
+# a memory operand, its base, index, scale, size, broadcast and mask, plus the displacement.
+# So once an instruction has been encoded, what it became is kept under a key made of the
+# mnemonic, the id() of each register and the memory operand's fields other than the
+# displacement. Only the interned register objects of operands.py (rax, ymm3, k1, ...) are
+# keyed by id(): they live as long as the process, so no other object can have their id, and
+# a key holding any other object's id never matches. Key layouts, per table:
+#   _REG_TEMPLATES    (mnemonic, id(op0), ...)                     -> code     0-3 registers
+#   _IMM_TEMPLATES    (mnemonic, id(op0), ..., imm)                -> code     1-2 registers + an int
+#   _LOAD_TEMPLATES   (mnemonic, id(op0), ..., *_mem_key(last op)) -> heads   1-2 registers + memory
+#   _STORE_TEMPLATES  (mnemonic, *_mem_key(op0), id(op1))          -> heads   memory + 1 register
+# where code is (bytes, the first such instruction's operands: the record keeps that tuple
+# instead of the equal new one) and heads is what `put_mem` takes. Everything else (labels,
+# rip-relative memory, masked registers, registers that are not the interned objects, 4
+# operands, memory with an immediate) goes through `_encode` every time. The tables are shared
+# by all assemblers and bounded (cleared when full). Same bytes and same errors either way:
+# a template is only the output of the encoders for an operand shape, split where the
+# displacement goes.
+_REG_TEMPLATES: dict[tuple, tuple] = {}
+_IMM_TEMPLATES: dict[tuple, tuple] = {}
+_LOAD_TEMPLATES: dict[tuple, tuple] = {}
+_STORE_TEMPLATES: dict[tuple, tuple] = {}
+_TEMPLATE_LIMIT = 1 << 16
+_reg_template = _REG_TEMPLATES.get
+_imm_template = _IMM_TEMPLATES.get
+_load_template = _LOAD_TEMPLATES.get
+_store_template = _STORE_TEMPLATES.get
+_INTERNED_MASKS = frozenset(id(k) for k in K) | {id(None)}
+_pack_disp32 = struct.Struct("<i").pack      # raises struct.error outside -2**31 .. 2**31-1
+
+
+def _mem_key(m: Mem) -> tuple:
+    """The fields of `m` in a template key (emit spells this out inline)."""
+    return id(m.base), id(m.index), m.scale, m.bits, m.broadcast, id(m.mask)
+
+
+def _remember(table: dict, key: tuple, value) -> None:
+    if len(table) >= _TEMPLATE_LIMIT:
+        table.clear()
+    table[key] = value
+
+
 # branch mnemonic -> (rel8 form or None, rel32 form)
 _BRANCHES: dict[str, tuple] = {}
 for _key, _f in LOOKUP.items():
@@ -58,18 +120,18 @@ _PAD = 0xCC    # int3 between the code and the constant pool
 
 
 def _kind(op) -> str:
-    """The operand kind of one operand (see forms.py); the hot path inlines the common cases."""
+    """The operand kind of one operand (see forms.py); `emit` looks interned registers up first."""
     t = type(op)
+    if t is Mem:
+        if op.broadcast:
+            return _BCST_KIND.get(op.bits, "b?")
+        return _MEM_KIND.get(op.bits, "m?") if op.mask is None else _MEM_MASKED.get(op.bits, "m?")
     if t is Vec:
         if op.mask is not None:
             return _VEC_MASKED[op.bits]
         return _VEC_KIND[op.bits] if op.num < 16 else _VEC_HIGH[op.bits]
     if t is Gpr:
         return _GPR_KIND[op.bits]
-    if t is Mem:
-        if op.broadcast:
-            return _BCST_KIND.get(op.bits, "b?")
-        return _MEM_KIND.get(op.bits, "m?") if op.mask is None else _MEM_MASKED.get(op.bits, "m?")
     if t is int:
         if -0x80 <= op <= 0x7F:
             return "i8"
@@ -112,7 +174,11 @@ class Assembler:
 
     def __init__(self) -> None:
         self._buf = bytearray()           # all non-branch bytes, in order
-        self._insns: list[tuple] = []     # (buf position, mnemonic, operands) per instruction
+        # per instruction, its mnemonic and its operands (two appends are the cheapest record: no
+        # tuple to allocate and for the garbage collector to trace). Positions are not kept:
+        # `listing` finds them again by encoding the instructions once more.
+        self._mnemonics: list[str] = []
+        self._operands: list[tuple] = []
         self._branches: list[tuple] = []  # (buf position, mnemonic, label)
         self._labels: dict[Label, tuple[int, int]] = {}   # label -> (buf position, branches before)
         self._fixups: list[tuple] = []    # (disp pos, insn end, branches before, label, addend)
@@ -126,51 +192,139 @@ class Assembler:
         """Append one instruction, Intel operand order (destination first)."""
         if vex:
             mnemonic = "{vex} " + mnemonic
-        entry = _TABLE.get((mnemonic, *map(_kind_by_id, map(id, ops))))
-        if entry is None:
-            entry = self._slow_lookup(mnemonic, ops)
-        f, enc, core = entry
+        # A template (see above) if there is one, unrolled by operand count and by where the
+        # memory operand is; the keys are spelled out inline because this is the hot path.
+        n = len(ops)
+        if n == 3:
+            a, b, m = ops
+            if type(m) is Mem:
+                heads = _load_template((mnemonic, id(a), id(b), id(m.base), id(m.index), m.scale, m.bits,
+                                        m.broadcast, id(m.mask)))
+            else:
+                code = _reg_template((mnemonic, id(a), id(b), id(m)))
+                if code is None and type(m) is int:
+                    code = _imm_template((mnemonic, id(a), id(b), m))
+                if code is not None:
+                    self._buf += code[0]
+                    self._mnemonics.append(mnemonic)
+                    self._operands.append(code[1])
+                    return
+                heads = None
+        elif n == 2:
+            a, m = ops
+            if type(m) is Mem:
+                heads = _load_template((mnemonic, id(a), id(m.base), id(m.index), m.scale, m.bits, m.broadcast,
+                                        id(m.mask)))
+            elif type(a) is Mem:
+                heads = _store_template((mnemonic, id(a.base), id(a.index), a.scale, a.bits, a.broadcast,
+                                         id(a.mask), id(m)))
+                m = a
+            else:
+                code = _reg_template((mnemonic, id(a), id(m)))
+                if code is None and type(m) is int:
+                    code = _imm_template((mnemonic, id(a), m))
+                if code is not None:
+                    self._buf += code[0]
+                    self._mnemonics.append(mnemonic)
+                    self._operands.append(code[1])
+                    return
+                heads = None
+        else:
+            if n < 2:
+                code = _reg_template((mnemonic, *map(id, ops)))
+                if code is not None:
+                    self._buf += code[0]
+                    self._mnemonics.append(mnemonic)
+                    self._operands.append(code[1])
+                    return
+            heads = None
+        if heads is None:
+            self._encode(mnemonic, ops)
+            return
+        # a memory template: `put_mem`, inlined
+        h0, h8, h32, n = heads
         buf = self._buf
-        start = len(buf)
-        if f.rel:
-            self._branches.append((start, mnemonic, ops[0]))
+        disp = m.disp
+        if disp == 0 and h0 is not None:
+            buf += h0
+        elif n == 1 and -128 <= disp <= 127:
+            buf += h8
+            buf.append(disp & 0xFF)
+        elif n != 1 and disp % n == 0 and -128 <= disp // n <= 127:
+            buf += h8
+            buf.append((disp // n) & 0xFF)
         else:
             try:
-                fix = enc(f, buf, ops, core)
-            except EncodingError:
-                del buf[start:]
-                raise
-            if fix is not None:
-                end = len(buf)
-                self._fixups.append((end - f.imm - 4, end, len(self._branches), fix.label, fix.disp))
-        self._insns.append((start, mnemonic, ops))
-
-    @staticmethod
-    def _slow_lookup(mnemonic: str, ops: tuple):
-        """The form for operands that are not all interned registers (memory, immediates, masks)."""
-        key = [mnemonic]
-        for op in ops:
-            t = type(op)
-            if t is Vec:
-                if op.mask is None:
-                    key.append(_VEC_KIND[op.bits] if op.num < 16 else _VEC_HIGH[op.bits])
-                else:
-                    key.append(_VEC_MASKED[op.bits])
-            elif t is Mem:
-                if op.broadcast:
-                    key.append(_BCST_KIND.get(op.bits))
-                elif op.mask is None:
-                    key.append(_MEM_KIND.get(op.bits))
-                else:
-                    key.append(_MEM_MASKED.get(op.bits))
-            elif t is Gpr:
-                key.append(_GPR_KIND[op.bits])
+                d = _pack_disp32(disp)
+            except struct.error:                # out of range or not an int: the reference
+                put_mem(buf, heads, m)          # path raises what the encoders raise
             else:
-                key.append(_kind(op))
-        entry = _TABLE.get(tuple(key))
+                buf += h32
+                buf += d
+        self._mnemonics.append(mnemonic)
+        self._operands.append(ops)
+
+    def _encode(self, mnemonic: str, ops: tuple) -> None:
+        """`emit` without a template: form lookup, encoder, and a new template where one applies."""
+        # kinds: interned registers' from the dict (None for other operands), the rest computed
+        n = len(ops)
+        if n == 3:
+            a, b, c = ops
+            kinds = (_kind_by_id(id(a)), _kind_by_id(id(b)), _kind_by_id(id(c)))
+            key = (mnemonic, kinds[0] or _kind(a), kinds[1] or _kind(b), kinds[2] or _kind(c))
+        elif n == 2:
+            a, b = ops
+            kinds = (_kind_by_id(id(a)), _kind_by_id(id(b)))
+            key = (mnemonic, kinds[0] or _kind(a), kinds[1] or _kind(b))
+        elif n == 1:
+            a = ops[0]
+            kinds = (_kind_by_id(id(a)),)
+            key = (mnemonic, kinds[0] or _kind(a))
+        else:
+            kinds = tuple(_kind_by_id(id(o)) for o in ops)
+            key = (mnemonic, *[k or _kind(o) for k, o in zip(kinds, ops)])
+        entry = _table_get(key)
         if entry is None:
             raise _no_form(mnemonic, ops)
-        return entry
+        enc, f, heads, rm = entry
+        buf = self._buf
+        start = len(buf)
+        if enc is None:
+            self._branches.append((start, mnemonic, ops[0]))
+            self._mnemonics.append(mnemonic)
+            self._operands.append(ops)
+            return
+        try:
+            fix = enc(buf, ops)
+        except EncodingError:
+            del buf[start:]
+            raise
+        self._mnemonics.append(mnemonic)
+        self._operands.append(ops)
+        if fix is not None:
+            end = len(buf)
+            self._fixups.append((end - f.imm - 4, end, len(self._branches), fix.label, fix.disp))
+            return
+        # a new template, when every operand but at most one (an int, or the memory operand) is an
+        # interned register: see the key layouts above
+        other = kinds.count(None)
+        if n > 3 or other > 1:
+            return
+        if other == 0:
+            _remember(_REG_TEMPLATES, (mnemonic, *map(id, ops)), (bytes(buf[start:]), ops))
+        elif n < 2:
+            return
+        elif kinds[-1] is None and type(ops[-1]) is int:
+            _remember(_IMM_TEMPLATES, (mnemonic, *map(id, ops[:-1]), ops[-1]), (bytes(buf[start:]), ops))
+        elif heads is not None and kinds[rm] is None and not f.imm:
+            m = ops[rm]
+            if (type(m) is Mem and id(m.base) in BASE_NUM and id(m.index) in INDEX_NUM
+                    and id(m.mask) in _INTERNED_MASKS):
+                parts = heads(ops)           # None where only the generic encoder applies
+                if parts is not None and rm == n - 1:
+                    _remember(_LOAD_TEMPLATES, (mnemonic, *map(id, ops[:-1]), *_mem_key(m)), parts)
+                elif parts is not None and rm == 0 and n == 2:
+                    _remember(_STORE_TEMPLATES, (mnemonic, *_mem_key(m), id(ops[1])), parts)
 
     def __getattr__(self, name: str):
         # asm.vaddps(...) == asm.emit("vaddps", ...); Python keywords take a trailing "_" (asm.and_)
@@ -184,7 +338,7 @@ class Assembler:
         return fn
 
     def __len__(self) -> int:
-        return len(self._insns)
+        return len(self._mnemonics)
 
     # --- labels ----------------------------------------------------------------------------
 
@@ -302,12 +456,19 @@ class Assembler:
         """The finished code: labels resolved, branches relaxed, constant pool appended."""
         return bytes(self._assemble()[0])
 
+    @property
+    def code_size(self) -> int:
+        """Bytes of instructions at the start of `bytes()`: the offset where the int3 padding before
+        the constant pool (or the end of the code) begins, with branches relaxed as `bytes()` does."""
+        return len(self._buf) + sum(self._layout())
+
     def listing(self) -> str:
         """One line per instruction: `offset  hex bytes  intel syntax`, then the constant pool."""
         code, shift = self._assemble()
+        insns = list(zip(self._mnemonics, self._operands))
         starts = []
         nb = 0
-        for pos, mn, ops in self._insns:
+        for pos, (mn, ops) in zip(self._positions(), insns):
             is_branch = mn in _BRANCHES and ops and type(ops[0]) is Label
             starts.append(pos + shift[nb])
             nb += is_branch
@@ -316,7 +477,7 @@ class Assembler:
         for lab, (lpos, lnb) in self._labels.items():
             bound.setdefault(lpos + shift[lnb], []).append(lab.name)
         lines = []
-        for i, (pos, mn, ops) in enumerate(self._insns):
+        for i, (mn, ops) in enumerate(insns):
             a = starts[i]
             b = starts[i + 1] if i + 1 < len(starts) else code_end
             for name in bound.get(a, ()):
@@ -326,3 +487,14 @@ class Assembler:
         for lab, raw, _ in self._consts:
             lines.append(f"{lab.offset:6x}  {raw[:16].hex(' '):<36}  {lab.name}: {len(raw)} bytes")
         return "\n".join(lines)
+
+    def _positions(self) -> list[int]:
+        """Where each instruction starts in the branch-free buffer, found by encoding them again
+        (into a scratch assembler: same encoders, same lengths; a branch adds no bytes there)."""
+        scratch = Assembler()
+        out = []
+        for mn, ops in zip(self._mnemonics, self._operands):
+            out.append(len(scratch._buf))
+            scratch.emit(mn, *ops)
+        assert scratch._buf == self._buf
+        return out

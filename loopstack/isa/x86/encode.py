@@ -12,12 +12,17 @@ operands for its roles and calls the prefix encoder of the form (`legacy`, `vex`
 
 Class encoders take (form, buf, operands, prefix encoder); every encoder appends to a caller-owned bytearray and returns None, or the `Mem` whose
 rip-relative disp32 needs a label fixup (it is the last 4 bytes before the immediate).
+
+These generic encoders are the reference. The hot path runs `compile_form`'s specialised
+closures (end of this file), which give the same bytes and errors in fewer Python calls.
 """
 from __future__ import annotations
 
+import functools
+
 from ...errors import EncodingError
 from .forms import Form
-from .operands import RIP, Gpr, Mem, Vec
+from .operands import GPR64, RIP, Gpr, Mem, Vec
 
 _SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
 
@@ -369,11 +374,344 @@ ENCODERS = {
 }
 
 
+# ---------------------------------------------------------------------------------------------
+# Specialised encoders: the hot path
+#
+# `compile_form` turns one form into closures: one for a register in the r/m slot, one for
+# memory there (the assembler knows which from the operand kinds it looked the form up by),
+# and one that gives the bytes of a memory form up to its displacement (the assembler keeps
+# those as templates). Each does the work of the class encoder, the prefix encoder and
+# `modrm_mem` above in one call, with the form's constant parts (prefix templates, opcode,
+# operand roles) bound once: the generic functions cost three or four Python calls and a
+# dozen attribute reads per instruction. Anything unusual (memory with a rip, absolute or
+# non-interned base or index register, byte registers, the cl check, classes without a
+# ModRM byte) goes to the generic functions, which remain the reference: both must give
+# identical bytes and identical errors. `encode` runs the specialised closures, so the
+# decoder tests of every row check them.
+# ---------------------------------------------------------------------------------------------
+
+# Op/En class -> operand index of (ModRM.reg, VEX.vvvv, ModRM.rm, immediate); -1: not an
+# operand (ModRM.reg is then the /digit, vvvv is 0, there is no immediate). RVMR's
+# "immediate" is the is4 register.
+_ROLES = {
+    "RM": (0, -1, 1, -1), "MR": (1, -1, 0, -1), "RMI": (0, -1, 1, 2), "MRI": (1, -1, 0, 2),
+    "MI": (-1, -1, 0, 1), "M": (-1, -1, 0, -1), "RVM": (0, 1, 2, -1), "MVR": (2, 1, 0, -1),
+    "RVMI": (0, 1, 2, 3), "RVMR": (0, 1, 2, 3), "VMI": (-1, 0, 1, 2),
+}
+
+# Register numbers of the interned 64-bit registers, keyed by id() (they live as long as the
+# operands module, so their ids are never reused): one dict lookup both checks that a memory
+# base or index is a valid 64-bit register and gives its number. No index is 4 (SIB index
+# 100, X = 0); rsp cannot be an index, so it is absent and takes the generic path's error.
+BASE_NUM = {id(r): r.num for r in GPR64}
+INDEX_NUM = {id(r): r.num for r in GPR64 if r.num != 4}
+INDEX_NUM[id(None)] = 4
+_base_num = BASE_NUM.get
+_index_num = INDEX_NUM.get
+_SS = {1: 0x00, 2: 0x40, 4: 0x80, 8: 0xC0}          # SIB.scale, in place
+
+
+def _mem_heads(pre: bytes, reg3: int, lo: int, xi: int, m: Mem, n: int) -> tuple:
+    """The bytes of an instruction up to the displacement of its memory operand `m`, per mod.
+
+    `pre` is everything before ModRM (prefixes, opcode), `reg3` ModRM.reg already shifted into
+    place, `lo` the low bits of the base register, `xi` the index register number (4 = none),
+    `n` the disp8*N scale. Returns (mod 00 head or None for rbp/r13 bases, mod 01 head, mod 10
+    head, n) for `put_mem`; the choices and errors are those of `modrm_mem`.
+    """
+    if xi == 4:
+        if lo == 4:                                   # rsp/r12 base: SIB with no index
+            rm, sib = 0x04, b"\x24"
+        else:
+            rm, sib = lo, b""
+    else:
+        ss = _SS.get(m.scale)
+        if ss is None:
+            raise EncodingError(f"scale must be 1, 2, 4 or 8 in {m}")
+        rm, sib = 0x04, bytes((ss | ((xi & 7) << 3) | lo,))
+    rm |= reg3
+    return (pre + bytes((rm,)) + sib if lo != 5 else None,       # base 101 with mod 00 is disp32/rip
+            pre + bytes((0x40 | rm,)) + sib, pre + bytes((0x80 | rm,)) + sib, n)
+
+
+def _mem_tail(buf: bytearray, reg3: int, lo: int, xi: int, m: Mem, n: int) -> None:
+    """`modrm_mem` for a base register (low bits `lo`) and index (`xi`, 4 = none) known to be valid.
+
+    Arguments as for `_mem_heads`; this writes the one encoding the displacement needs.
+    """
+    disp = m.disp
+    if disp == 0 and lo != 5:
+        mod = 0x00
+    elif n == 1:
+        mod = 0x40 if -128 <= disp <= 127 else 0x80
+    elif disp % n == 0 and -128 <= disp // n <= 127:
+        mod = 0x40
+        disp //= n
+    else:
+        mod = 0x80
+    if xi == 4:
+        if lo == 4:                                   # rsp/r12 base: SIB with no index
+            buf += bytes((mod | reg3 | 0x04, 0x24))
+        else:
+            buf.append(mod | reg3 | lo)
+    else:
+        ss = _SS.get(m.scale)
+        if ss is None:
+            raise EncodingError(f"scale must be 1, 2, 4 or 8 in {m}")
+        buf += bytes((mod | reg3 | 0x04, ss | ((xi & 7) << 3) | lo))
+    if mod == 0x40:
+        buf.append(disp & 0xFF)
+    elif mod == 0x80:
+        _disp32(buf, disp, m)
+
+
+def put_mem(buf: bytearray, heads: tuple, m: Mem) -> None:
+    """Append the head from `_mem_heads` that the displacement of `m` needs, then the displacement."""
+    h0, h8, h32, n = heads
+    disp = m.disp
+    if disp == 0 and h0 is not None:
+        buf += h0
+        return
+    if n == 1:
+        if -128 <= disp <= 127:
+            buf += h8
+            buf.append(disp & 0xFF)
+            return
+    elif disp % n == 0 and -128 <= disp // n <= 127:     # EVEX compressed disp8*N
+        buf += h8
+        buf.append((disp // n) & 0xFF)
+        return
+    if not -0x80000000 <= disp <= 0x7FFFFFFF:
+        raise EncodingError(f"displacement does not fit in 32 bits: {m}")
+    buf += h32
+    buf += (disp & 0xFFFFFFFF).to_bytes(4, "little")
+
+
+def _generic(f: Form):
+    """The reference encoder of `f` as a closure with the specialised encoders' signature."""
+    enc = ENCODERS[f.openc]
+    core = CORES[f.prefix]
+
+    def generic(buf, ops):
+        return enc(f, buf, ops, core)
+    return generic
+
+
+def _compile_vex(f: Form, generic):
+    ri, vi, mi, ii = _ROLES[f.openc]
+    digit, t0, t1, t2, op, vex2 = f.digit, f.t0, f.t1, f.t2, f.opcode[0], f.vex2_ok
+    is4 = f.openc == "RVMR"
+
+    def vex_reg(buf, ops):
+        reg = ops[ri].num if ri >= 0 else digit
+        v = ops[vi].num if vi >= 0 else 0
+        rn = ops[mi].num
+        xb = rn >> 3
+        r = (reg >> 3) & 1
+        modrm = 0xC0 | ((reg & 7) << 3) | (rn & 7)
+        if xb == 0 and vex2:
+            buf += bytes((0xC5, t2 ^ (r << 7) ^ (v << 3), op, modrm))
+        else:
+            buf += bytes((0xC4, t0 ^ (r << 7) ^ (xb << 5), t1 ^ (v << 3), op, modrm))
+        if ii >= 0:
+            buf.append((ops[ii].num << 4 if is4 else ops[ii]) & 0xFF)
+        return None
+
+    def vex_prefix(ops, m, bn, xi) -> bytes:
+        """VEX prefix and opcode for a memory r/m `m` with base number bn and index number xi."""
+        reg = ops[ri].num if ri >= 0 else digit
+        v = ops[vi].num if vi >= 0 else 0
+        xb = ((xi >> 2) & 2) | (bn >> 3)
+        r = (reg >> 3) & 1
+        if xb == 0 and vex2:
+            return bytes((0xC5, t2 ^ (r << 7) ^ (v << 3), op))
+        return bytes((0xC4, t0 ^ (r << 7) ^ (xb << 5), t1 ^ (v << 3), op))
+
+    def vex_mem(buf, ops):
+        m = ops[mi]
+        bn = _base_num(id(m.base))
+        xi = _index_num(id(m.index))
+        if bn is None or xi is None:
+            return generic(buf, ops)
+        buf += vex_prefix(ops, m, bn, xi)
+        reg = ops[ri].num if ri >= 0 else digit
+        _mem_tail(buf, (reg & 7) << 3, bn & 7, xi, m, 1)
+        if ii >= 0:
+            buf.append((ops[ii].num << 4 if is4 else ops[ii]) & 0xFF)
+        return None
+
+    def vex_heads(ops):
+        m = ops[mi]
+        bn = _base_num(id(m.base))
+        xi = _index_num(id(m.index))
+        if bn is None or xi is None:
+            return None
+        reg = ops[ri].num if ri >= 0 else digit
+        return _mem_heads(vex_prefix(ops, m, bn, xi), (reg & 7) << 3, bn & 7, xi, m, 1)
+
+    return vex_reg, vex_mem, vex_heads
+
+
+def _compile_evex(f: Form, generic):
+    ri, vi, mi, ii = _ROLES[f.openc]
+    digit, t0, t1, t2, op = f.digit, f.t0, f.t1, f.t2, f.opcode[0]
+    mem_n, bcst_n, zero_ok = f.mem_n, f.bcst_n, f.zero_ok
+
+    def mask_bits(dst, mk) -> int:
+        """EVEX.z and EVEX.aaa for destination `dst` (mk: the mask of a memory destination)."""
+        p2 = 0
+        if type(dst) is Vec:
+            mk = dst.mask
+            if dst.zeroing:
+                if not zero_ok:
+                    raise EncodingError(f"{f.mnemonic} {f.operands}: zeroing-masking {{z}} not allowed here")
+                p2 = 0x80
+        if mk is not None:
+            if mk.num == 0:             # aaa = 000 means "no mask" (SDM §2.7.1); k0 is no write mask
+                raise EncodingError(f"{f.mnemonic} {f.operands}: k0 cannot be used as a write mask")
+            p2 |= mk.num
+        return p2
+
+    def evex_reg(buf, ops):
+        reg = ops[ri].num if ri >= 0 else digit
+        v = ops[vi].num if vi >= 0 else 0
+        rn = ops[mi].num
+        p0 = t0 ^ (((reg >> 3) & 1) << 7) ^ (((reg >> 4) & 1) << 4) ^ (((rn >> 4) & 1) << 6) ^ (((rn >> 3) & 1) << 5)
+        p2 = t2 ^ (((v >> 4) & 1) << 3)
+        dst = ops[0]
+        if type(dst) is Vec and (dst.mask is not None or dst.zeroing):
+            p2 |= mask_bits(dst, None)
+        buf += bytes((0x62, p0, t1 ^ ((v & 15) << 3), p2, op, 0xC0 | ((reg & 7) << 3) | (rn & 7)))
+        if ii >= 0:
+            buf.append(ops[ii] & 0xFF)
+        return None
+
+    def evex_prefix(ops, m, bn, xi):
+        """(EVEX prefix and opcode, disp8*N scale) for a memory r/m `m`; N is 0 where the form
+        has no scale for it (left to the generic encoder)."""
+        if m.broadcast:
+            p2 = t2 | 0x10                                           # EVEX.b: {1toN}
+            n = bcst_n
+        else:
+            p2 = t2
+            n = mem_n
+        reg = ops[ri].num if ri >= 0 else digit
+        v = ops[vi].num if vi >= 0 else 0
+        p0 = t0 ^ (((reg >> 3) & 1) << 7) ^ (((reg >> 4) & 1) << 4) ^ (((xi >> 3) & 1) << 6) ^ ((bn >> 3) << 5)
+        p2 ^= ((v >> 4) & 1) << 3
+        dst = ops[0]
+        mk = m.mask if mi == 0 else None
+        if mk is not None or type(dst) is Vec and (dst.mask is not None or dst.zeroing):
+            p2 |= mask_bits(dst, mk)
+        return bytes((0x62, p0, t1 ^ ((v & 15) << 3), p2, op)), n
+
+    def evex_mem(buf, ops):
+        m = ops[mi]
+        bn = _base_num(id(m.base))
+        xi = _index_num(id(m.index))
+        if bn is None or xi is None or not (bcst_n if m.broadcast else mem_n):
+            return generic(buf, ops)
+        pre, n = evex_prefix(ops, m, bn, xi)
+        buf += pre
+        reg = ops[ri].num if ri >= 0 else digit
+        _mem_tail(buf, (reg & 7) << 3, bn & 7, xi, m, n)
+        if ii >= 0:
+            buf.append(ops[ii] & 0xFF)
+        return None
+
+    def evex_heads(ops):
+        m = ops[mi]
+        bn = _base_num(id(m.base))
+        xi = _index_num(id(m.index))
+        if bn is None or xi is None or not (bcst_n if m.broadcast else mem_n):
+            return None
+        pre, n = evex_prefix(ops, m, bn, xi)
+        reg = ops[ri].num if ri >= 0 else digit
+        return _mem_heads(pre, (reg & 7) << 3, bn & 7, xi, m, n)
+
+    return evex_reg, evex_mem, evex_heads
+
+
+def _compile_legacy(f: Form, generic):
+    ri, vi, mi, ii = _ROLES[f.openc]
+    digit, rex, mandatory, opcode = f.digit, f.rex, f.mandatory, f.opcode
+    isize = f.imm
+    imask = (1 << (8 * isize)) - 1
+
+    def legacy_reg(buf, ops):
+        reg = ops[ri].num if ri >= 0 else digit
+        rn = ops[mi].num
+        r = rex | ((reg >> 1) & 4) | (rn >> 3)
+        if mandatory:
+            buf += mandatory
+        if r:
+            buf.append(r | 0x40)
+        buf += opcode
+        buf.append(0xC0 | ((reg & 7) << 3) | (rn & 7))
+        if ii >= 0:
+            buf += (ops[ii] & imask).to_bytes(isize, "little")
+        return None
+
+    def legacy_prefix(ops, bn, xi) -> bytes:
+        """Mandatory prefix, REX and opcode for a memory r/m with base number bn, index number xi."""
+        reg = ops[ri].num if ri >= 0 else digit
+        r = rex | ((reg >> 1) & 4) | ((xi >> 2) & 2) | (bn >> 3)
+        return mandatory + bytes((r | 0x40,)) + opcode if r else mandatory + opcode
+
+    def legacy_mem(buf, ops):
+        m = ops[mi]
+        bn = _base_num(id(m.base))
+        xi = _index_num(id(m.index))
+        if bn is None or xi is None:
+            return generic(buf, ops)
+        buf += legacy_prefix(ops, bn, xi)
+        reg = ops[ri].num if ri >= 0 else digit
+        _mem_tail(buf, (reg & 7) << 3, bn & 7, xi, m, 1)
+        if ii >= 0:
+            buf += (ops[ii] & imask).to_bytes(isize, "little")
+        return None
+
+    def legacy_heads(ops):
+        m = ops[mi]
+        bn = _base_num(id(m.base))
+        xi = _index_num(id(m.index))
+        if bn is None or xi is None:
+            return None
+        reg = ops[ri].num if ri >= 0 else digit
+        return _mem_heads(legacy_prefix(ops, bn, xi), (reg & 7) << 3, bn & 7, xi, m, 1)
+
+    return legacy_reg, legacy_mem, legacy_heads
+
+
+@functools.lru_cache(maxsize=None)
+def compile_form(f: Form) -> tuple:
+    """(reg, mem, heads, rm) for form `f`.
+
+    reg(buf, ops) and mem(buf, ops) encode with a register or a memory operand in the r/m slot
+    and return what the class encoders return; heads(ops) gives the `_mem_heads` tuple of a
+    memory operand (None where only the generic path applies; `heads` itself is None for forms
+    without a specialised encoder); rm is the index of the r/m operand, -1 if none.
+    """
+    generic = _generic(f)
+    roles = _ROLES.get(f.openc)
+    if roles is None or f.openc == "MC" or f.byte_regs:     # rare: no ModRM, cl check, spl/sil REX
+        return generic, generic, None, roles[2] if roles else -1
+    if f.prefix == "vex":
+        reg, mem, heads = _compile_vex(f, generic)
+    elif f.prefix == "evex":
+        reg, mem, heads = _compile_evex(f, generic)
+    else:
+        reg, mem, heads = _compile_legacy(f, generic)
+    return reg, mem, heads, roles[2]
+
+
 def encode(form: Form, *ops) -> bytes:
     """Encode one instruction with a given form (no form choice, no labels): for tests and tools.
 
     A rip-relative Mem with a label gets a zero disp32; branches take the displacement as an int.
+    It runs the same specialised encoders as the assembler.
     """
     buf = bytearray()
-    ENCODERS[form.openc](form, buf, ops, CORES[form.prefix])
+    reg, mem, _, rm = compile_form(form)
+    (mem if rm >= 0 and type(ops[rm]) is Mem else reg)(buf, ops)
     return bytes(buf)
