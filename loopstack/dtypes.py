@@ -40,6 +40,8 @@ def dtype(x) -> DType:
     """The DType of a name, a numpy dtype or an array; a clear error for anything else."""
     if isinstance(x, DType):
         return x
+    if isinstance(x, str) and x in DTYPES:      # the common case, on every compile's hot path
+        return DTYPES[x]
     try:
         src = x if isinstance(x, (str, type, np.dtype)) else getattr(x, "dtype", x)
         name = np.dtype(src).name

@@ -114,8 +114,10 @@ class VectorPlan:
     along_output: bool   # True: lanes are output elements; False: lanes are reduction points
 
 
-def vector_plan(tree: LoopTree, loop: Loop) -> VectorPlan | None:
-    """How `loop` (a loop whose body is statements only) can be vectorised, or None."""
+def vector_plan(tree: LoopTree, loop: Loop, byte_map=byte_map) -> VectorPlan | None:
+    """How `loop` (a loop whose body is statements only) can be vectorised, or None.
+
+    `byte_map` may be a caching replacement taking (tree, access)."""
     if loop.step != 1 or not loop.body or not all(isinstance(n, Compute) for n in loop.body):
         return None
     if len(loop.body) > 1 and any(n.reduce is not None for n in loop.body):
@@ -164,7 +166,7 @@ def trips(range_: int, step: int) -> tuple[int, int]:
     return range_ // step, range_ % step
 
 
-def subtree_size(tree: LoopTree, node, ranges: dict[str, int], lanes: int) -> int:
+def subtree_size(tree: LoopTree, node, ranges: dict[str, int], lanes: int, plan=vector_plan) -> int:
     """Instructions the node would take fully unrolled (an estimate, in the full-range case)."""
     if isinstance(node, Compute):
         cost = expr_size(node.expr) + 2
@@ -174,9 +176,8 @@ def subtree_size(tree: LoopTree, node, ranges: dict[str, int], lanes: int) -> in
     rng = ranges.get(node.dim, tree.dim_size(node.dim))
     inner = dict(ranges)
     inner[node.dim] = min(node.step, rng)
-    body = sum(subtree_size(tree, n, inner, lanes) for n in node.body)
-    plan = vector_plan(tree, node)
-    n = -(-rng // lanes) if plan is not None else -(-rng // node.step)
+    body = sum(subtree_size(tree, n, inner, lanes, plan) for n in node.body)
+    n = -(-rng // lanes) if plan(tree, node) is not None else -(-rng // node.step)
     return n * body
 
 
@@ -203,10 +204,10 @@ def chain_below(loop: Loop) -> list[Loop]:
 
 
 def block_footprint(tree: LoopTree, loop: Loop, stmt: Compute, ranges: dict[str, int],
-                    lanes: int, limit: int) -> int:
+                    lanes: int, limit: int, plan_of=vector_plan) -> int:
     """Accumulator registers the output block under `loop` needs (stops counting past limit)."""
     chain = chain_below(loop)
-    plan = vector_plan(tree, chain[-1])
+    plan = plan_of(tree, chain[-1])
     count = 1
     rng = dict(ranges)
     for lp in chain:

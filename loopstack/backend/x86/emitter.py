@@ -17,7 +17,7 @@ from ...errors import UnsupportedError
 from ...isa.x86.operands import K, Gpr, Mem, Vec
 from ...looptree.ir import REDUCE_IDENTITY, Acc, Access, Binary, Compute, Const, Load, LoopTree, Unary, expr_loads
 from ..analysis import ByteMap, byte_map, element_stride
-from .values import RegisterFile, Val
+from .values import RegisterFile, Val, vreg
 from . import vmath
 
 ARITH = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "max": "vmax", "min": "vmin"}
@@ -54,7 +54,7 @@ class Emitter:
 
     # -- registers and operands ------------------------------------------------
     def v(self, num: int, shape: Shape) -> Vec:
-        return Vec(num, self.bits if shape.vector else 128)
+        return vreg(num, self.bits if shape.vector else 128)
 
     def suffix(self, shape: Shape) -> str:
         return "ps" if shape.vector else "ss"
@@ -109,10 +109,10 @@ class Emitter:
         if reg is None:
             reg = self.regs.alloc()
             data = struct.pack("<8i", *([-1] * lanes + [0] * (8 - lanes)))
-            self.asm.emit("vmovups", Vec(reg, 256), self.asm.const(data, align=32))
+            self.asm.emit("vmovups", vreg(reg, 256), self.asm.const(data, align=32))
             self.regs.cache[key] = reg
             self.regs.uses[key] = 1 << 30
-        return Vec(reg, 256)
+        return vreg(reg, 256)
 
     def drop_masks(self) -> None:
         """Forget AVX-512 mask registers (their setup is emitted per straight-line region)."""
@@ -165,7 +165,7 @@ class Emitter:
     def load_into(self, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None:
         a = self.asm
         if dtype == "float16":
-            x = Vec(reg, 128)
+            x = vreg(reg, 128)
             if kind == "vec" and not shape.masked:
                 a.emit("vcvtph2ps", self.v(reg, shape), m.with_bits(self.bits // 2))
                 return
@@ -181,15 +181,15 @@ class Emitter:
         if dtype != "float32":
             raise UnsupportedError(f"the x86 backend computes float32 and float16 only, not {dtype}")
         if kind == "scalar":
-            a.emit("vmovss", Vec(reg, 128), m.with_bits(32))
+            a.emit("vmovss", vreg(reg, 128), m.with_bits(32))
         elif kind == "bcast":
             a.emit("vbroadcastss", self.v(reg, shape), m.with_bits(32))
         elif not shape.masked:
             a.emit("vmovups", self.v(reg, shape), m.with_bits(self.bits))
         elif self.avx512:
-            a.emit("vmovups", Vec(reg, 512).masked(self.mask(shape.lanes), zero=True), m.with_bits(512))
+            a.emit("vmovups", vreg(reg, 512).masked(self.mask(shape.lanes), zero=True), m.with_bits(512))
         else:
-            a.emit("vmaskmovps", Vec(reg, 256), self.mask(shape.lanes), m.with_bits(256))
+            a.emit("vmaskmovps", vreg(reg, 256), self.mask(shape.lanes), m.with_bits(256))
 
     def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
         a = self.asm
@@ -204,24 +204,24 @@ class Emitter:
                 self._store_f16_lanes(reg, m, shape)
                 return
             t = self.regs.alloc()       # the source may be a cached value: convert a copy
-            a.emit("vcvtps2ph", Vec(t, 128), Vec(reg, 128), 0)
-            a.emit("vpextrw", m.with_bits(16), Vec(t, 128), 0)
+            a.emit("vcvtps2ph", vreg(t, 128), vreg(reg, 128), 0)
+            a.emit("vpextrw", m.with_bits(16), vreg(t, 128), 0)
             self.regs.release(t)
             return
         if not shape.vector:
-            a.emit("vmovss", m.with_bits(32), Vec(reg, 128))
+            a.emit("vmovss", m.with_bits(32), vreg(reg, 128))
         elif not shape.masked:
             a.emit("vmovups", m.with_bits(self.bits), src)
         elif self.avx512:
-            a.emit("vmovups", m.with_bits(512).masked(self.mask(shape.lanes)), Vec(reg, 512))
+            a.emit("vmovups", m.with_bits(512).masked(self.mask(shape.lanes)), vreg(reg, 512))
         else:
             a.emit("vmaskmovps", m.with_bits(256), self.mask(shape.lanes), src)
 
     # float16 tails move one 16-bit word per lane: there is no masked vcvtph2ps in AVX2
     def _load_f16_lanes(self, reg: int, m: Mem, shape: Shape) -> None:
         a = self.asm
-        lo = Vec(reg, 128)
-        hi = Vec(self.regs.alloc(), 128) if shape.lanes > 8 else None
+        lo = vreg(reg, 128)
+        hi = vreg(self.regs.alloc(), 128) if shape.lanes > 8 else None
         for x in (lo, hi):
             if x is not None:
                 a.emit("vxorps", x, x, x)
@@ -229,18 +229,18 @@ class Emitter:
             x = lo if i < 8 else hi
             a.emit("vpinsrw", x, x, (m + 2 * i).with_bits(16), i % 8)
         if hi is not None:
-            a.emit("vinsertf32x4" if self.avx512 else "vinsertf128", Vec(reg, 256), Vec(reg, 256), hi, 1)
+            a.emit("vinsertf32x4" if self.avx512 else "vinsertf128", vreg(reg, 256), vreg(reg, 256), hi, 1)
             self.regs.release(hi.num)
-        a.emit("vcvtph2ps", self.v(reg, shape), Vec(reg, self.bits // 2))
+        a.emit("vcvtph2ps", self.v(reg, shape), vreg(reg, self.bits // 2))
 
     def _store_f16_lanes(self, reg: int, m: Mem, shape: Shape) -> None:
         a = self.asm
         t = self.regs.alloc()
-        a.emit("vcvtps2ph", Vec(t, self.bits // 2), self.v(reg, shape), 0)
+        a.emit("vcvtps2ph", vreg(t, self.bits // 2), self.v(reg, shape), 0)
         for i in range(shape.lanes):
             if i == 8:
-                a.emit("vextractf32x4" if self.avx512 else "vextractf128", Vec(t, 128), Vec(t, 256), 1)
-            a.emit("vpextrw", (m + 2 * i).with_bits(16), Vec(t, 128), i % 8)
+                a.emit("vextractf32x4" if self.avx512 else "vextractf128", vreg(t, 128), vreg(t, 256), 1)
+            a.emit("vpextrw", (m + 2 * i).with_bits(16), vreg(t, 128), i % 8)
         self.regs.release(t)
 
     # -- expressions -----------------------------------------------------------
@@ -356,15 +356,15 @@ class Emitter:
             inv = K[7]
             self.asm.emit("mov", Gpr(0, 32), (~((1 << shape.lanes) - 1)) & 0xFFFF)
             self.asm.emit("kmovw", inv, Gpr(0, 32))
-            self.asm.emit("vmovups", Vec(val.reg, 512).masked(inv), ident.with_bits(512))
+            self.asm.emit("vmovups", vreg(val.reg, 512).masked(inv), ident.with_bits(512))
         else:
             self.regs.pinned.add(val.reg)
             t = self.regs.alloc()
             self.regs.pinned.add(t)
-            self.asm.emit("vmovups", Vec(t, 256), ident.with_bits(256))
+            self.asm.emit("vmovups", vreg(t, 256), ident.with_bits(256))
             mask = self.mask(shape.lanes)
             # vblendvps takes src2 where the mask is set: the tail lanes keep the value
-            self.asm.emit("vblendvps", Vec(val.reg, 256), Vec(t, 256), Vec(val.reg, 256), mask)
+            self.asm.emit("vblendvps", vreg(val.reg, 256), vreg(t, 256), vreg(val.reg, 256), mask)
             self.regs.pinned.discard(t)
             self.regs.pinned.discard(val.reg)
             self.regs.release(t)
@@ -374,12 +374,12 @@ class Emitter:
         op = ARITH[reduce] + "ps"
         t = self.regs.alloc()
         if self.avx512:
-            self.asm.emit("vextractf32x8", Vec(t, 256), Vec(acc, 512), 1)
-            self.asm.emit(op, Vec(acc, 256), Vec(acc, 256), Vec(t, 256))
-        self.asm.emit("vextractf32x4" if self.avx512 else "vextractf128", Vec(t, 128), Vec(acc, 256), 1)
-        self.asm.emit(op, Vec(acc, 128), Vec(acc, 128), Vec(t, 128))
-        self.asm.emit("vshufps", Vec(t, 128), Vec(acc, 128), Vec(acc, 128), 0x0E)
-        self.asm.emit(op, Vec(acc, 128), Vec(acc, 128), Vec(t, 128))
-        self.asm.emit("vshufps", Vec(t, 128), Vec(acc, 128), Vec(acc, 128), 0x01)
-        self.asm.emit(op, Vec(acc, 128), Vec(acc, 128), Vec(t, 128))
+            self.asm.emit("vextractf32x8", vreg(t, 256), vreg(acc, 512), 1)
+            self.asm.emit(op, vreg(acc, 256), vreg(acc, 256), vreg(t, 256))
+        self.asm.emit("vextractf32x4" if self.avx512 else "vextractf128", vreg(t, 128), vreg(acc, 256), 1)
+        self.asm.emit(op, vreg(acc, 128), vreg(acc, 128), vreg(t, 128))
+        self.asm.emit("vshufps", vreg(t, 128), vreg(acc, 128), vreg(acc, 128), 0x0E)
+        self.asm.emit(op, vreg(acc, 128), vreg(acc, 128), vreg(t, 128))
+        self.asm.emit("vshufps", vreg(t, 128), vreg(acc, 128), vreg(acc, 128), 0x01)
+        self.asm.emit(op, vreg(acc, 128), vreg(acc, 128), vreg(t, 128))
         self.regs.release(t)

@@ -89,6 +89,14 @@ class SegmentCompiler:
         self.stack_slots = FRAME // 8 - 1
         self.next_slot = 2        # 0: start, 1: end
         self.em: Emitter | None = None
+        self._plans: dict[int, VectorPlan | None] = {}
+
+    def plan(self, tree, lp: Loop) -> VectorPlan | None:
+        """vector_plan, once per loop of this segment."""
+        key = id(lp)
+        if key not in self._plans:
+            self._plans[key] = vector_plan(tree, lp, lambda t, a: self.em.bytemap(a))
+        return self._plans[key]
 
     # -- the function --------------------------------------------------------------
     def compile(self) -> None:
@@ -148,14 +156,14 @@ class SegmentCompiler:
             if stmt is not None and self._block_fits(lp, stmt, ctx, rng):
                 self.register_block(lp, stmt, ctx)
                 return
-        plan = vector_plan(self.tree, lp)
+        plan = self.plan(self.tree, lp)
         if "vectorize" in lp.annotations and plan is None:
             raise ScheduleError(
                 f"loop {lp.var} cannot be vectorized: it must be innermost, of step 1, and every "
                 "access must be unit-stride or constant along it")
         unroll = (ctx.unrolling or "unroll" in lp.annotations
                   or (ctx.block is not None and indexes_output(ctx.block.stmt, lp))
-                  or subtree_size(self.tree, lp, ctx.ranges, self.width) <= self.limit)
+                  or subtree_size(self.tree, lp, ctx.ranges, self.width, self.plan) <= self.limit)
         if plan is not None:
             self.vector_loop(lp, plan, ctx, rng, unroll)
             return
@@ -311,12 +319,12 @@ class SegmentCompiler:
         if stmt.reduce is None or reads_output(stmt):
             return False
         limit = max_accumulators(self.target, stmt)
-        return block_footprint(self.tree, lp, stmt, ctx.ranges, self.width, limit) <= limit
+        return block_footprint(self.tree, lp, stmt, ctx.ranges, self.width, limit, self.plan) <= limit
 
     def register_block(self, root: Loop, stmt: Compute, ctx: Ctx) -> None:
         self.flush()
         chain = chain_below(root)
-        plan = vector_plan(self.tree, chain[-1])
+        plan = self.plan(self.tree, chain[-1])
         along = plan is None or plan.along_output
         keys = self._block_keys(chain, stmt, plan, ctx)
         em = self.em

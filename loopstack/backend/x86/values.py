@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import LoopstackError
-from ...isa.x86.operands import Mem, Vec
+from ...isa.x86.operands import XMM, YMM, ZMM, Mem, Vec
 
 
 @dataclass
@@ -74,5 +74,9 @@ class RegisterFile:
         return len(self.free) + sum(1 for r in self.cache.values() if r not in self.pinned)
 
 
-def vec(num: int, bits: int) -> Vec:
-    return Vec(num, bits)
+_REGISTERS = {128: XMM, 256: YMM, 512: ZMM}
+
+
+def vreg(num: int, bits: int) -> Vec:
+    """The shared register object: the assembler caches encodings by register identity."""
+    return _REGISTERS[bits][num]

@@ -17,6 +17,7 @@ import math
 
 from ...errors import UnsupportedError
 from ...isa.x86.operands import Vec
+from .values import vreg
 
 LOG2E = 1.4426950408889634
 LN2_HI = 0.693145751953125          # exactly representable: n * LN2_HI has no rounding error
@@ -43,7 +44,7 @@ class _Ctx:
         self.bits = e.bits if shape.vector else 128
 
     def r(self, n: int) -> Vec:
-        return Vec(n, self.bits)
+        return vreg(n, self.bits)
 
     def c(self, value: float):
         return self.e.const(value).with_bits(self.bits)
