@@ -180,7 +180,7 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc) -> LoopTree:
                 continue
             here = stack + (node,)
             todo = [(st, s) for st, s in _computes_under(node, here)
-                    if needs_split(st, s) and reduction_loops(s, st)[0] is node]
+                    if _outermost_reduction(s, st) is node and needs_split(st, s)]
             new = replace(node, body=tuple(rebuild(node.body, here)))
             if not todo:
                 out.append(new)
@@ -200,6 +200,13 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc) -> LoopTree:
         return out
 
     return LoopTree(tree.buffers, tree.dims, tuple(rebuild(tree.body, ())))
+
+
+def _outermost_reduction(stmt: Compute, stack) -> Loop | None:
+    if stmt.reduce is None or (stmt.init is None and stmt.post is None):
+        return None
+    red = reduction_loops(stmt, stack)
+    return red[0] if red else None
 
 
 def _computes_under(node, stack):
