@@ -99,7 +99,8 @@ def test_the_tuner_survives_failing_candidates(tmp_path):
         return measure_job(text, inputs, reference, runs, target)
 
     C, _ = mm()
-    res = tune(C, budget_s=1.0, mapper="random", workers=2, config=config(tmp_path), job=job)
+    # a generous budget: the assertion is about what was measured, never about how fast
+    res = tune(C, budget_s=4.0, mapper="random", workers=2, config=config(tmp_path), job=job)
     assert res.failed >= 1 and res.measured > res.failed
     assert any(h["status"] == CRASH for h in res.history)
 
