@@ -24,8 +24,8 @@ from dataclasses import replace
 
 from ..errors import UnsupportedError
 from ..looptree.ir import (
-    REDUCE_IDENTITY, Acc, Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree,
-    Unary, statements,
+    REDUCE_IDENTITY, Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree,
+    Unary, statements, substitute_acc,
 )
 from .analysis import block_footprint, indexes_output, perfect_statement, reads_output, reduction_loops
 
@@ -150,16 +150,6 @@ def _init_expr(stmt: Compute):
     return stmt.init
 
 
-def _substitute_acc(e, value):
-    if isinstance(e, Acc):
-        return value
-    if isinstance(e, Unary):
-        return Unary(e.op, _substitute_acc(e.x, value))
-    if isinstance(e, Binary):
-        return Binary(e.op, _substitute_acc(e.a, value), _substitute_acc(e.b, value))
-    return e
-
-
 def split_init_post(tree: LoopTree, lanes: int, max_acc) -> LoopTree:
     """Move init/post out of statements whose reduction cannot be kept in registers.
 
@@ -192,7 +182,7 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc) -> LoopTree:
                     pre.append(_nest(inner_out, Compute(f"{stmt.name}_init", stmt.out, _init_expr(stmt)), counter))
                 if stmt.post is not None:
                     post.append(_nest(inner_out, Compute(
-                        f"{stmt.name}_post", stmt.out, _substitute_acc(stmt.post, Load(stmt.out))), counter))
+                        f"{stmt.name}_post", stmt.out, substitute_acc(stmt.post, Load(stmt.out))), counter))
                 new = _replace_statement(new, stmt, replace(stmt, init=None, post=None))
             out.extend(pre)
             out.append(new)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from ..looptree.ir import (
     Acc, Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree as IRTree, Unary, loop_var,
+    substitute_acc,
 )
 from .tree import LoopTree, steps
 
@@ -196,23 +197,13 @@ def fold_posts(ctx: Ctx) -> None:
                 continue
             post = _subst(ec.expr, mine[0], Acc())
             if rc.post is not None:
-                post = _subst_acc(post, rc.post)
+                post = substitute_acc(post, rc.post)
             ctx.computes[r] = replace(rc, out=ec.out, post=post)
             ctx.reads[r] = (ctx.reads[r] | ctx.reads[e]) - {buf}
             del ctx.computes[e]
             ctx.out_of[r] = e
             ctx.writer[e] = r
             changed = True
-
-
-def _subst_acc(e, inner):
-    if isinstance(e, Acc):
-        return inner
-    if isinstance(e, Unary):
-        return Unary(e.op, _subst_acc(e.x, inner))
-    if isinstance(e, Binary):
-        return Binary(e.op, _subst_acc(e.a, inner), _subst_acc(e.b, inner))
-    return e
 
 
 def size_buffers(ctx: Ctx):

@@ -2,5 +2,5 @@
 from .ir import (  # noqa: F401
     ANNOTATIONS, BINARY_OPS, REDUCE_IDENTITY, REDUCE_OPS, UNARY_OPS,
     Acc, Access, Affine, Binary, Buffer, Compute, Const, Expr, Load, Loop, LoopTree, Node, Unary,
-    expr_loads, loop_var, statements,
+    expr_loads, loop_var, statements, substitute_acc,
 )

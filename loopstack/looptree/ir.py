@@ -189,6 +189,17 @@ class Binary:
 Expr = Union[Load, Const, Acc, Unary, Binary]
 
 
+def substitute_acc(e: Expr, value: Expr) -> Expr:
+    """`e` with every Acc() replaced by `value` (a post-op applied to a stored value)."""
+    if isinstance(e, Acc):
+        return value
+    if isinstance(e, Unary):
+        return Unary(e.op, substitute_acc(e.x, value))
+    if isinstance(e, Binary):
+        return Binary(e.op, substitute_acc(e.a, value), substitute_acc(e.b, value))
+    return e
+
+
 def expr_loads(e: Expr) -> Iterator[Access]:
     """Every Access an expression reads, left to right."""
     if isinstance(e, Load):

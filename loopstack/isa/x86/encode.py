@@ -123,15 +123,7 @@ def modrm_mem(buf: bytearray, reg: int, m: Mem, n: int) -> Mem | None:
         raise EncodingError(f"memory base must be a 64-bit register, got {base.name} in {m}")
     lo = base.num & 7
     # mod: 00 no disp (not for rbp/r13: rm/base 101 with mod 00 means disp32/rip), 01 disp8, 10 disp32
-    if disp == 0 and lo != 5:
-        mod = 0x00
-    elif n == 1:
-        mod = 0x40 if -128 <= disp <= 127 else 0x80
-    elif disp % n == 0 and -128 <= disp // n <= 127:
-        mod = 0x40
-        disp //= n
-    else:
-        mod = 0x80
+    mod, disp = _mod_disp(disp, lo, n)
     if index is None and lo != 4:
         buf.append(mod | reg | lo)
     else:
@@ -411,6 +403,18 @@ _index_num = INDEX_NUM.get
 _SS = {1: 0x00, 2: 0x40, 4: 0x80, 8: 0xC0}          # SIB.scale, in place
 
 
+def _mod_disp(disp: int, lo: int, n: int) -> tuple[int, int]:
+    """ModRM.mod and the displacement to write: none (not for rbp/r13, whose rm/base 101
+    with mod 00 means disp32/rip), disp8 (EVEX: scaled by N, SDM §2.7.5), or disp32."""
+    if disp == 0 and lo != 5:
+        return 0x00, 0
+    if n == 1:
+        return (0x40 if -128 <= disp <= 127 else 0x80), disp
+    if disp % n == 0 and -128 <= disp // n <= 127:
+        return 0x40, disp // n
+    return 0x80, disp
+
+
 def _mem_heads(pre: bytes, reg3: int, lo: int, xi: int, m: Mem, n: int) -> tuple:
     """The bytes of an instruction up to the displacement of its memory operand `m`, per mod.
 
@@ -440,15 +444,7 @@ def _mem_tail(buf: bytearray, reg3: int, lo: int, xi: int, m: Mem, n: int) -> No
     Arguments as for `_mem_heads`; this writes the one encoding the displacement needs.
     """
     disp = m.disp
-    if disp == 0 and lo != 5:
-        mod = 0x00
-    elif n == 1:
-        mod = 0x40 if -128 <= disp <= 127 else 0x80
-    elif disp % n == 0 and -128 <= disp // n <= 127:
-        mod = 0x40
-        disp //= n
-    else:
-        mod = 0x80
+    mod, disp = _mod_disp(disp, lo, n)
     if xi == 4:
         if lo == 4:                                   # rsp/r12 base: SIB with no index
             buf += bytes((mod | reg3 | 0x04, 0x24))
