@@ -51,9 +51,12 @@ def byte_map(tree: LoopTree, access: Access) -> ByteMap:
     return ByteMap(access.buffer, tuple(sorted((n, c) for n, c in acc.items() if c)), const, item)
 
 
-def loop_delta(bm: ByteMap, loop: Loop) -> int:
-    """Bytes the access moves when `loop` advances one iteration."""
-    return loop.step * (bm.coeff(loop.dim) + bm.coeff(loop_var(loop.var)))
+def loop_delta(coeffs: dict[str, int], loop: Loop, elements: int | None = None) -> int:
+    """Bytes an access stream (its ByteMap coefficients) moves when `loop` advances one
+    iteration — or, for a vectorised loop, `elements` elements of its dimension."""
+    if elements is not None:
+        return elements * coeffs.get(loop.dim, 0)
+    return loop.step * (coeffs.get(loop.dim, 0) + coeffs.get(loop_var(loop.var), 0))
 
 
 def element_stride(bm: ByteMap, dim: str) -> int:

@@ -22,7 +22,7 @@ from ...errors import ScheduleError, UnsupportedError
 from ...isa.x86.operands import GPR64, Gpr, Mem, rax, rbp, rbx, rdi, rdx, rsi, rsp, r12, r13, r14, r15
 from ...looptree.ir import REDUCE_IDENTITY, Compute, Const, Load, Loop, LoopTree, loop_var, statements
 from ..analysis import (
-    VectorPlan, block_footprint, byte_map, chain_below, indexes_output, perfect_statement,
+    VectorPlan, block_footprint, byte_map, chain_below, indexes_output, loop_delta, perfect_statement,
     reads_output, reduction_loops, subtree_size, trips, uses_heavy_math, vector_plan,
 )
 from .emitter import Emitter, Shape, Val
@@ -209,12 +209,8 @@ class SegmentCompiler:
 
     def _deltas(self, lp: Loop, per_iteration_elems: int | None = None):
         out = []
-        for s, reg in self.em.pointers.items():
-            bm_coeffs = dict(s[1])
-            if per_iteration_elems is None:
-                d = lp.step * (bm_coeffs.get(lp.dim, 0) + bm_coeffs.get(loop_var(lp.var), 0))
-            else:
-                d = per_iteration_elems * bm_coeffs.get(lp.dim, 0)
+        for (_, coeffs), reg in self.em.pointers.items():
+            d = loop_delta(dict(coeffs), lp, per_iteration_elems)
             if d:
                 out.append((reg, d))
         return out

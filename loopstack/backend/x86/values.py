@@ -69,10 +69,6 @@ class RegisterFile:
         self.uses.clear()
         self.pinned.clear()
 
-    @property
-    def available(self) -> int:
-        return len(self.free) + sum(1 for r in self.cache.values() if r not in self.pinned)
-
 
 _REGISTERS = {128: XMM, 256: YMM, 512: ZMM}
 
