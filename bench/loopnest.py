@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 from loopstack.backend import compile  # noqa: E402
 from loopstack.isa.target import get_target, peak_gflops  # noqa: E402
 from loopstack.looptree.builders import conv2d_tree, depthwise_conv2d_tree, packed_matmul_tree  # noqa: E402
+from loopstack.workloads import conv_reference, dwconv_reference  # noqa: E402
 
 
 def _mm(n: int):
@@ -42,13 +43,7 @@ def _conv(C, K, H, order):
 
 
 def _conv_ref(X, Wt):
-    H, W = X.shape[1:3]
-    Xp = np.pad(X[0], ((1, 1), (1, 1), (0, 0)))
-    out = np.zeros((H, W, Wt.shape[3]), np.float32)
-    for r in range(3):
-        for s in range(3):
-            out += Xp[r:r + H, s:s + W, :] @ Wt[r, s]
-    return out[None]
+    return conv_reference(X[0], Wt)[None]          # batch 1
 
 
 def _dw(C, H, R, stride, order):
@@ -56,17 +51,7 @@ def _dw(C, H, R, stride, order):
 
 
 def _dw_ref(stride, R):
-    def ref(X, Wt):
-        H = X.shape[0]
-        p = R // 2
-        Xp = np.pad(X, ((p, p), (p, p), (0, 0)))
-        OH = (H + 2 * p - R) // stride + 1
-        out = np.zeros((OH, OH, X.shape[2]), np.float32)
-        for r in range(R):
-            for s in range(R):
-                out += Xp[r:r + stride * OH:stride, s:s + stride * OH:stride, :] * Wt[r, s]
-        return out
-    return ref
+    return lambda X, Wt: dwconv_reference(X, Wt, stride=stride, pad=R // 2)
 
 
 # Schedules: (dim, step) outermost first. Matmuls pack a 16-wide panel of B, then sweep it with

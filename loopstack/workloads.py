@@ -12,7 +12,6 @@ array (`empty_aligned`) so that the kernel and the peers read the same memory.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -84,31 +83,31 @@ def _mbv3_arrays(w, rng):
 
 
 # ---------------------------------------------------------------------------- numpy references
-def conv_reference(x, wt, stride=1, pad=1):
-    """NHWC direct convolution: x [h, w, c], wt [r, s, c, k] -> [oh, ow, k]."""
-    r = wt.shape[0]
+def _windows(x, r, stride, pad):
+    """(a, b, patch) for every tap of an r x r window over zero-padded NHWC `x`:
+    patch[oh, ow, c] = x_padded[stride*oh + a, stride*ow + b, c]."""
     xp = np.pad(x, ((pad, pad), (pad, pad), (0, 0)))
     oh = (xp.shape[0] - r) // stride + 1
     ow = (xp.shape[1] - r) // stride + 1
-    out = np.zeros((oh, ow, wt.shape[3]), np.float32)
     for a in range(r):
         for b in range(r):
-            patch = xp[a: a + stride * (oh - 1) + 1: stride, b: b + stride * (ow - 1) + 1: stride]
-            out += (patch.reshape(-1, patch.shape[2]) @ wt[a, b]).reshape(oh, ow, -1)
-    return out
+            yield a, b, xp[a: a + stride * (oh - 1) + 1: stride, b: b + stride * (ow - 1) + 1: stride]
+
+
+def conv_reference(x, wt, stride=1, pad=1):
+    """NHWC direct convolution: x [h, w, c], wt [r, s, c, k] -> [oh, ow, k]."""
+    out = 0
+    for a, b, patch in _windows(x, wt.shape[0], stride, pad):
+        out = out + (patch.reshape(-1, patch.shape[2]) @ wt[a, b]).reshape(*patch.shape[:2], -1)
+    return np.asarray(out, np.float32)
 
 
 def dwconv_reference(x, wt, stride=1, pad=1):
     """NHWC depthwise convolution: x [h, w, c], wt [r, s, c] -> [oh, ow, c]."""
-    r = wt.shape[0]
-    xp = np.pad(x, ((pad, pad), (pad, pad), (0, 0)))
-    oh = (xp.shape[0] - r) // stride + 1
-    ow = (xp.shape[1] - r) // stride + 1
-    out = np.zeros((oh, ow, x.shape[2]), np.float32)
-    for a in range(r):
-        for b in range(r):
-            out += xp[a: a + stride * (oh - 1) + 1: stride, b: b + stride * (ow - 1) + 1: stride] * wt[a, b]
-    return out
+    out = 0
+    for a, b, patch in _windows(x, wt.shape[0], stride, pad):
+        out = out + patch * wt[a, b]
+    return np.asarray(out, np.float32)
 
 
 # ---------------------------------------------------------------------------- frontend builders
