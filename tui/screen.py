@@ -57,10 +57,7 @@ def tree_lines(session: Session) -> list[tuple[str, int]]:
     for it in t.items:
         pad = (">" if it.ref == session.cursor else " ") + " " * it.depth
         if it.kind == "loop":
-            v, size, tail = it.entry
-            text = f"{pad}for {t.loop_name(it.ref)} in {size}{f' r {tail}' if tail else ''} : L{it.ref}"
-            if it.annotation:
-                text += f" [{it.annotation}]"
+            text = pad + t.loop_line(it)
         else:
             n = t.graph.node(it.node)
             text = f"{pad}{str(n).replace(', ', ',')}"

@@ -316,15 +316,18 @@ class LoopTree:
         primes = sum(1 for p in self.path(ref) if self.items[p].entry[0] == v)
         return v + "'" * primes
 
+    def loop_line(self, it) -> str:
+        """One loop as loop_tool prints it: `for m in 42 r 4 : L0 [vectorize]` (no indent)."""
+        _, size, tail = it.entry
+        line = f"for {self.loop_name(it.ref)} in {size}{f' r {tail}' if tail else ''} : L{it.ref}"
+        return line + (f" [{it.annotation}]" if it.annotation else "")
+
     def dump(self, callback=None) -> str:
         lines = []
         for it in self.items:
             pad = " " * it.depth
             if it.kind == "loop":
-                v, s, t = it.entry
-                line = f"{pad}for {self.loop_name(it.ref)} in {s}{f' r {t}' if t else ''} : L{it.ref}"
-                if it.annotation:
-                    line += f" [{it.annotation}]"
+                line = pad + self.loop_line(it)
             else:
                 line = f"{pad}{self.graph.node(it.node)}"
             if callback is not None:
