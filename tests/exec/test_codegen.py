@@ -5,9 +5,7 @@ from hypothesis import assume, given, settings
 from strategies import check_case, random_case
 
 from loopstack.backend import compile
-from loopstack.errors import UnsupportedError
 from loopstack.isa import cpu
-from loopstack.isa.target import get_target
 
 from x86_decode import assert_decodes
 
@@ -52,9 +50,3 @@ def test_random_trees_match_interpreter(case):
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=case.rtol,
                                    atol=case.atol * (1 + float(np.abs(w).max(initial=0))))
-
-
-def test_integer_compute_is_a_clear_error():
-    from loopstack.looptree.builders import matmul_tree
-    with pytest.raises(UnsupportedError, match="int8"):
-        compile(matmul_tree(4, 4, 4, dtype="int8"))

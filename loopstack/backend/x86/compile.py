@@ -117,9 +117,7 @@ class X86Kernel(KernelBase):
 
     def instruction_bytes(self) -> list[bytes]:
         """Each segment's instructions, without its constant pool (for disassemblers)."""
-        return [c.code[:asm.code_size] if hasattr(asm, "code_size") else
-                c.code[:min((lab.offset for lab, _, _ in asm._consts), default=len(c.code))]
-                for c, asm, _ in self._segments]
+        return [c.code[:asm.code_size] for c, asm, _ in self._segments]
 
     def asm(self) -> str:
         parts = []
