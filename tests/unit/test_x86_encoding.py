@@ -304,7 +304,9 @@ def test_assembler_form_choice(case):
     ins = check_iced(form.mnemonic, ops, data, chosen.prefix, max(chosen.imm, 1))
     if form.prefix in ("vex", "evex") and not form.mnemonic.startswith("k"):
         evex = _CODE[ins.code].startswith("EVEX_")
-        has_vex_row = any(f.mnemonic == form.mnemonic and f.prefix == "vex" for f in FORMS)
+        kinds = [_kind(o) for o in ops]
+        has_vex_row = any(f.mnemonic == form.mnemonic and f.prefix == "vex" and len(f.slots) == len(kinds)
+                          and all(k in slot for k, slot in zip(kinds, f.slots)) for f in FORMS)
         assert evex == (any(_needs_evex(o) for o in ops) or not has_vex_row), _CODE[ins.code]
 
 
