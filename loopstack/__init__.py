@@ -7,10 +7,22 @@ from .frontend import (  # noqa: F401
     Action, Expr, LoopTree, Size, Symbol, SymbolGenerator, Tensor, abs, apply_actions, deserialize,
     einsum, exp, log, map_ref, neg, nn, reciprocal, serialize, sqrt, symbols,
 )
+from .frontend.run import add_schedule_source as _add_schedule_source
 from .frontend.run import default_target  # noqa: F401
 
 Var = Symbol  # the paper's spelling (Fig. 2)
 __version__ = "0.1.0"
+
+
+def _tuned_schedule(graph, target):
+    # imported on first use: `import loopstack` stays light
+    from .tune.lookup import tuned_schedule
+
+    return tuned_schedule(graph, target)
+
+
+# tensors with no schedule of their own compile with the tuning database's best one
+_add_schedule_source(_tuned_schedule)
 
 
 def compile(tensor_or_tree, target=None):  # noqa: A001 - the natural name

@@ -20,7 +20,7 @@ def _scheduled(args):
     target = get_target(args.target)         # UnsupportedError on a CPU without it
     Y, _ = w.build()
     if not args.default:
-        Y.set(schedule_for(Y, w, target))
+        Y.set(schedule_for(Y, target))
     return w, Y, target
 
 

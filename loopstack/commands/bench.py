@@ -29,6 +29,9 @@ def add_arguments(parser) -> None:
                         help="rounds of (loopstack, peers) per workload; the median of the rounds' bests counts")
     parser.add_argument("--plot", metavar="FILE.png", help="also plot GFLOPS per workload (needs matplotlib)")
     parser.add_argument("--target", default=None, help="x86 target (default: the host's widest)")
+    parser.add_argument("--db", metavar="PATH", default=None,
+                        help="tuning database whose best schedules to use (default: $LOOPSTACK_TUNING_DB, "
+                             "else ~/.cache/loopstack/tuning.db; 'off': default schedules only)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -100,7 +103,8 @@ def compile_ms(tree, target=None, repeat: int = 3) -> float:
     return _median(times)
 
 
-def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, seed: int = 0) -> dict:
+def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, seed: int = 0,
+                     db_path=None) -> dict:
     """Build, schedule, compile, check and time one workload; the JSON record."""
     import numpy as np
 
@@ -108,11 +112,11 @@ def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, 
     from ..backend.kernel_base import empty_aligned
     from ..frontend.run import program
     from ..isa.target import host_target, peak_gflops
-    from ..tune.defaults import schedule_for
+    from ..tune.defaults import chosen_schedule
 
     tgt = host_target() if target is None else target
     Y, reference = w.build(seed)
-    tree = schedule_for(Y, w, tgt)
+    tree, origin = chosen_schedule(Y, tgt, db_path)
     Y.set(tree)
     cms = compile_ms(tree, None if target is None else target)
     kernel = Y.compile()
@@ -154,6 +158,7 @@ def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, 
         "skipped": notes,
         "target": tgt.name,
         "schedule": _schedule_text(tree),
+        "schedule_origin": origin,
     }
 
 
@@ -176,13 +181,13 @@ def _progress(i, n, label, enabled):
 
 
 def format_table(rows: list, peers: list) -> str:
-    head = f"{'workload':<11} {'shape':<30} {'GFLOPS':>7} {'%peak':>6} {'comp ms':>8} {'max err':>9}"
+    head = f"{'workload':<11} {'shape':<30} {'sched':<7} {'GFLOPS':>7} {'%peak':>6} {'comp ms':>8} {'max err':>9}"
     for p in peers:
         head += f" {p + ' GF':>10} {'ratio':>6}"
     head += "  target"
     lines = [head, "-" * len(head)]
     for r in rows:
-        s = (f"{r['name']:<11} {r['shape'][:30]:<30} {r['gflops']:7.1f} {100 * r['gflops'] / r['peak_gflops']:5.1f}%"
+        s = (f"{r['name']:<11} {r['shape'][:30]:<30} {r['schedule_origin']:<7} {r['gflops']:7.1f} {100 * r['gflops'] / r['peak_gflops']:5.1f}%"
              f" {r['compile_ms']:8.2f} {r['max_abs_err']:9.2e}")
         for p in peers:
             v = r["peers"].get(p)
@@ -202,7 +207,7 @@ def record(row: dict) -> dict:
                                "peer_compile_ms")}
     rec.update(shape=row["shape"], flops=row["flops"], target=row["target"], peer_layouts=row["peer_layouts"],
                skipped=row["skipped"], correct=row["correct"], status=status, missed=missed,
-               schedule=row["schedule"])
+               schedule=row["schedule"], schedule_origin=row["schedule_origin"])
     return rec
 
 
@@ -283,7 +288,8 @@ def run(args) -> int:
     show = not args.no_progress
     for i, w in enumerate(workloads):
         _progress(i, len(workloads), w.name, show)
-        rows.append(measure_workload(w, peers, runs=args.runs, rounds=args.rounds, target=target))
+        rows.append(measure_workload(w, peers, runs=args.runs, rounds=args.rounds, target=target,
+                                     db_path=args.db))
     _progress(len(workloads), len(workloads), "done", show)
     print(format_table(rows, peers))
     met = sum(verdict(r)[0] == "ok" for r in rows)

@@ -318,6 +318,21 @@ def annotate(tree: LoopTree, ref: int, kind: str) -> LoopTree:
     return tree._with(sched=_rewrite(tree, it.leaves, f), action=Action("annotate", (ref, kind)))
 
 
+def set_order(tree: LoopTree, node_id: int, order) -> LoopTree:
+    """Give node `%node_id` the whole loop order `order` ((var, count, tail) entries, outer to
+    inner) in one step: what a schedule generator states, recorded as one replayable action.
+
+    The node's annotations and disabled reuse are dropped: they name depths of the old order."""
+    if node_id not in tree._sched:
+        raise ScheduleError(f"set_order: %{node_id} is not a scheduled node")
+    try:
+        order = tuple((str(v), int(c), int(t)) for v, c, t in order)
+    except (TypeError, ValueError):
+        raise ScheduleError(f"set_order %{node_id}: an order is (var, count, tail) entries, got {order!r}") from None
+    sched = tree.replace_node_schedule(node_id, order=order, annotations=(), disabled=frozenset())
+    return tree._with(sched=sched, action=Action("set_order", (node_id, [list(e) for e in order])))
+
+
 def map_ref(new: LoopTree, old_ref: int, old: LoopTree) -> int:
     """The ref in `new` closest to `old_ref` in `old` (a cursor carried across a mutation)."""
     it = old.item(old_ref)
@@ -347,7 +362,7 @@ def apply_actions(tree: LoopTree, actions) -> LoopTree:
 
 PRIMITIVES = {f.__name__: f for f in (
     split, merge, swap_loops, swap_nodes, try_swap, remove_loop, add_loop, swap_vars, copy_input,
-    delete_copy, disable_reuse, enable_reuse, decrease_reuse, increase_reuse, annotate)}
+    delete_copy, disable_reuse, enable_reuse, decrease_reuse, increase_reuse, annotate, set_order)}
 PRIMITIVES["swap"] = try_swap
 PRIMITIVES["apply_actions"] = apply_actions
 PRIMITIVES["map_ref"] = lambda new, old_ref, old: map_ref(new, old_ref, old)

@@ -4,11 +4,16 @@ The compile cache is keyed by the structural identity of (graph, schedule, targe
 re-building the same program, or calling `.numpy()` again, does not recompile.
 `target=None` picks the x86 backend when it is importable and runs on this CPU, else
 the reference interpreter.
+
+A tensor compiles with its own schedule when one was set; otherwise the registered schedule
+sources are asked in order (the package registers the tuning database's best schedule), and
+failing those it compiles unscheduled.  The frontend does not import the tuner: sources are
+plain functions `(graph, target) -> LoopTree | None` handed down by the layer above.
 """
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,12 +28,34 @@ class Program:
     graph: object
     reads: list          # DSL read nodes, in input order
     node: object         # the DSL node this was built from (invalidates on rebinding)
+    sourced: dict = field(default_factory=dict)   # (target, generation) -> tree from a source
 
 
 _programs_key = "_program"
 _CACHE: dict = {}        # (graph, schedule, target) -> (Kernel, lowered tree)
 _CACHE_LIMIT = 256
 _default_target = None
+_schedule_sources: list = []
+_generation = 0          # bumped when a source may answer differently (e.g. after tuning)
+
+
+def add_schedule_source(source) -> None:
+    """Ask `source(graph, target) -> LoopTree | None` for the schedule of tensors that set none."""
+    if source not in _schedule_sources:
+        _schedule_sources.append(source)
+    schedules_changed()
+
+
+def remove_schedule_source(source) -> None:
+    if source in _schedule_sources:
+        _schedule_sources.remove(source)
+    schedules_changed()
+
+
+def schedules_changed() -> None:
+    """Forget what the schedule sources said: the next compile of an unscheduled tensor asks again."""
+    global _generation
+    _generation += 1
 
 
 def program(t) -> Program:
@@ -48,11 +75,33 @@ def program(t) -> Program:
 
 
 def loop_tree(t) -> LoopTree:
+    """The tree the user schedules: the tensor's own schedule, else the unscheduled program."""
     prog = program(t)
     sched = getattr(t, "_schedule", None)
     if sched is not None and sched.graph_base == prog.graph:
         return sched
     return LoopTree(prog.graph, default_schedule(prog.graph))
+
+
+def scheduled_tree(t, target=None) -> LoopTree:
+    """The tree `t` compiles with: its own schedule, else the first schedule source's answer,
+    else the unscheduled program."""
+    prog = program(t)
+    sched = getattr(t, "_schedule", None)
+    if sched is not None and sched.graph_base == prog.graph:
+        return sched
+    key = (target, _generation)
+    tree = prog.sourced.get(key)
+    if tree is None:
+        for source in _schedule_sources:
+            tree = source(prog.graph, target)
+            if tree is not None:
+                break
+        else:
+            tree = LoopTree(prog.graph, default_schedule(prog.graph))
+        prog.sourced.clear()
+        prog.sourced[key] = tree
+    return tree
 
 
 def apply_schedule(t, tree: LoopTree) -> None:
@@ -105,15 +154,16 @@ def compile_tree(tree: LoopTree, target=None):
 
 def compiled(t, target=None):
     c = getattr(t, "_compiled", None)
-    if c is not None and c[1] == target and t._cache is not None and t._cache.node is t._node:
+    if (c is not None and c[1] == target and c[4] == _generation and t._cache is not None
+            and t._cache.node is t._node):
         return c[0], c[2], c[3]
     prog = program(t)
-    tree = loop_tree(t)
+    tree = scheduled_tree(t, target)
     kernel = compile_tree(tree, target)
     out = prog.graph.output
     shape = tuple(prog.graph.size(v) for v in out.vars)
     dt = np.dtype(out.dtype)
-    t._compiled = (kernel, target, prog.reads, (shape, dt))
+    t._compiled = (kernel, target, prog.reads, (shape, dt), _generation)
     return kernel, prog.reads, (shape, dt)
 
 

@@ -3,13 +3,15 @@
     result = lt.tune(C, budget_s=60, mapper="scripted", cost_model="measure", workers=1)
     result.gflops, result.default_gflops, result.actions, result.tree, result.history
 
-Configuration is an explicit frozen `TuneConfig`; `TuneConfig.from_env()` is the one place
-that reads `LOOPSTACK_TUNING_DB`, and only `tune()` (when given no config) and the CLI call it.
+Configuration is an explicit frozen `TuneConfig`; `TuneConfig.from_env()` reads
+`LOOPSTACK_TUNING_DB` (through `lookup.configured_db_path`, which the schedule lookup of
+`.numpy()` shares), and only `tune()` (when given no config) and the CLI call it.
+The best schedule found is recorded in the database, and tensors without a schedule of their
+own compile with it from then on (`frontend.run.schedules_changed` drops stale lookups).
 """
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ import numpy as np
 from ..errors import ArgumentError, LoopstackError
 from .cost import Machine, make_cost_model
 from .db import TuningDB, describe_program, program_key
+from .lookup import OFF, configured_db_path
 from .measure import OK, WorkerPool, reference_output
 from .space import Plan, main_node, plan_of, realize, stage_node, var_sizes
 
@@ -34,7 +37,10 @@ class TuneConfig:
 
     @staticmethod
     def from_env(db_path: str | None = None, **kw) -> "TuneConfig":
-        return TuneConfig(db_path=db_path or os.environ.get("LOOPSTACK_TUNING_DB") or None, **kw)
+        path = configured_db_path(db_path)
+        if path == OFF:
+            return TuneConfig(db_path=None, use_db=False, **kw)
+        return TuneConfig(db_path=path, **kw)
 
 
 @dataclass
@@ -62,9 +68,10 @@ class Session:
     """What a mapper sees: the program's main loop nest, a budget and a cost model."""
 
     def __init__(self, base, target, machine, cost, pool, budget_s, config, workers, db=None,
-                 program="", mapper="", progress=None):
+                 program="", mapper="", progress=None, name=""):
         self.base, self.target, self.machine, self.cost, self.pool = base, target, machine, cost, pool
         self.config, self.workers, self.db, self.program, self.mapper_name = config, workers, db, program, mapper
+        self.name = name
         self.seed = config.seed
         self.nid = main_node(base)
         self.sizes = var_sizes(base, self.nid)
@@ -118,7 +125,7 @@ class Session:
                                      "actions": actions})
                 if self.db is not None:
                     self.db.record(self.program, self.target.identity, actions, g, m.status,
-                                   self.mapper_name, self.shapes, self.dtypes, self.mapper_name)
+                                   self.name, self.shapes, self.dtypes, self.mapper_name)
                 if self.progress is not None:
                     self.progress(self)
             self.cost.observe(todo, [self.results[t.key()] for t in todo])
@@ -150,7 +157,7 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
          target=None, job=None) -> TuneResult:
     """Search schedules of `tensor`'s program for `budget_s` seconds; record them in the
     tuning database; return the best (never slower than the default schedule)."""
-    from ..frontend.run import program
+    from ..frontend.run import program, schedules_changed
     from ..frontend.tree import LoopTree, default_schedule
     from ..isa.target import get_target, peak_gflops
     from .mappers import MAPPERS
@@ -175,7 +182,8 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
     try:
         with WorkerPool(inputs, reference, workers=workers, timeout=config.timeout_s, runs=config.runs,
                         **kw) as pool:
-            s = Session(base, tgt, machine, cost, pool, budget_s, config, workers, db, key, mapper, progress)
+            s = Session(base, tgt, machine, cost, pool, budget_s, config, workers, db, key, mapper, progress,
+                        name)
             if start is not base:
                 try:
                     s.start_plan = plan_of(start, s.nid)
@@ -187,6 +195,7 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
     finally:
         if db is not None:
             db.close()
+            schedules_changed()
     if best_tree is None or best_g < default_gflops:
         best_g, best_tree = default_gflops, start
     return TuneResult(name=name, gflops=max(best_g, 0.0), default_gflops=default_gflops, peak_gflops=peak,

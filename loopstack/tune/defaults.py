@@ -30,14 +30,15 @@ blocks, vector blocks, the reduction loops, the row block, the vector block:
 Element-wise consumers (bias, ReLU, the write) take the same order without the reduction loops,
 so they fuse into the store of the output block.
 
-`best_known_schedule(workload_name, target)` is the hook for the tuning database; it returns None
-until one is wired in, and `schedule_for` falls back to `default_schedule`.
+`schedule_for(tensor, target)` is what the benchmark compiles: the tuning database's best schedule
+for the program on this target (`best_known_schedule`) when one was recorded, else
+`default_schedule`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["default_schedule", "best_known_schedule", "schedule_for", "BlockChoice", "plan"]
+__all__ = ["default_schedule", "best_known_schedule", "chosen_schedule", "schedule_for", "BlockChoice", "plan"]
 
 _BYTES = 4              # fp32
 _LINE = 64
@@ -263,7 +264,7 @@ def default_schedule(tensor, target=None):
 
     Apply with `tensor.set(tree)`."""
     from ..frontend.graph import SCHEDULED
-    from ..frontend.mutate import copy_input
+    from ..frontend.mutate import copy_input, set_order
     from ..frontend.tree import LoopTree
 
     tree = tensor if isinstance(tensor, LoopTree) else tensor.loop_tree
@@ -294,7 +295,9 @@ def default_schedule(tensor, target=None):
         p = by_out.get(frozenset(dom))
         if p is not None:
             sched[n.id] = replace(sched[n.id], order=p.out_order)
-    tree = tree._with(sched=sched)
+    for nid, ns in sched.items():
+        if ns.order != tree._sched[nid].order:
+            tree = set_order(tree, nid, ns.order)
     for nid, p in plans.items():
         if p.pack is None:
             continue
@@ -305,30 +308,35 @@ def default_schedule(tensor, target=None):
 
 def _elementwise(tree, tgt):
     """No reduction: split the innermost variable of each node into vectors."""
-    g = tree.graph
-    sched = dict(tree._sched)
+    from ..frontend.mutate import set_order
+
     lanes = tgt.lanes()
     for nid, ns in tree.schedule:
         if not ns.order:
             continue
         v, s, t = ns.order[-1]
         if t == 0 and s > lanes and s % lanes == 0:
-            sched[nid] = replace(ns, order=ns.order[:-1] + ((v, s // lanes, 0), (v, lanes, 0)))
-    del g
-    return tree._with(sched=sched)
+            tree = set_order(tree, nid, ns.order[:-1] + ((v, s // lanes, 0), (v, lanes, 0)))
+    return tree
 
 
-def best_known_schedule(workload, target=None):
-    """The tuning database's best schedule for `workload` (a Workload or its name) on `target`
-    as a frontend LoopTree, or None when there is none.
+def best_known_schedule(tensor, target=None, db_path=None):
+    """The tuning database's best schedule for `tensor`'s program on `target` (a frontend
+    LoopTree), or None when nothing was recorded."""
+    from ..frontend.run import program
+    from .lookup import tuned_schedule
 
-    The hook the tuning database fills; until it does, this returns None."""
-    return None
+    return tuned_schedule(program(tensor).graph, _target(target), db_path)
 
 
-def schedule_for(tensor, workload=None, target=None):
+def chosen_schedule(tensor, target=None, db_path=None):
+    """(tree, origin): the best known schedule ("tuned"), else the generated one ("default")."""
+    tree = best_known_schedule(tensor, target, db_path)
+    if tree is not None:
+        return tree, "tuned"
+    return default_schedule(tensor, target), "default"
+
+
+def schedule_for(tensor, target=None, db_path=None):
     """The schedule the benchmark compiles: the best known one, else the default."""
-    tree = None
-    if workload is not None:
-        tree = best_known_schedule(workload, target)
-    return tree if tree is not None else default_schedule(tensor, target)
+    return chosen_schedule(tensor, target, db_path)[0]

@@ -92,6 +92,28 @@ def test_bench_end_to_end_json(tmp_path, capsys):
     assert rec["status"] in ("ok", "miss")
 
 
+def test_bench_uses_the_tuning_database(tmp_path):
+    from loopstack.frontend.run import program
+    from loopstack.isa.target import host_target
+    from loopstack.tune import db as tdb
+    from loopstack.tune.defaults import default_schedule
+
+    Y, _ = get_workload("MM-64").build()
+    tuned = default_schedule(Y).split(0, 1)       # a distinct schedule: one more (unit) loop
+    db_path = str(tmp_path / "t.db")
+    with tdb.TuningDB(db_path) as db:
+        db.record(tdb.program_key(program(Y).graph), host_target().identity,
+                  [[a.kind, list(a.args)] for a in tuned.actions], 10.0)
+    for db_arg, origin in ((db_path, "tuned"), ("off", "default")):
+        path = tmp_path / f"{origin}.json"
+        assert main(["bench", "-w", "MM-64", "--compare", "", "--runs", "1", "--rounds", "1", "--db", db_arg,
+                     "--json", str(path), "--no-progress"]) == 0
+        (rec,) = json.loads(path.read_text())
+        assert rec["schedule_origin"] == origin and rec["max_abs_err"] < 1e-3
+    default_text = json.loads((tmp_path / "default.json").read_text())[0]["schedule"]
+    assert json.loads((tmp_path / "tuned.json").read_text())[0]["schedule"] != default_text
+
+
 def test_missing_peer_is_skipped_not_faked(monkeypatch):
     from loopstack import peers
 

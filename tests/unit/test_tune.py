@@ -130,6 +130,77 @@ def test_database_round_trip_export_import_and_reuse(tmp_path, monkeypatch):
     assert TuneConfig.from_env(str(tmp_path / "x.db")).db_path == str(tmp_path / "x.db")
 
 
+def test_unscheduled_tensors_compile_with_the_best_recorded_schedule(tmp_path, monkeypatch):
+    from loopstack.frontend.run import scheduled_tree
+    from loopstack.tune.defaults import chosen_schedule, default_schedule
+
+    path = str(tmp_path / "lookup.db")
+    monkeypatch.setenv("LOOPSTACK_TUNING_DB", path)
+    C, ref = mm(64)
+    assert scheduled_tree(C) == C.loop_tree                 # nothing recorded: unscheduled
+    assert chosen_schedule(C)[1] == "default"
+    best = default_schedule(C)
+    assert best != C.loop_tree
+    key, target_id = tdb.program_key(program(C).graph), lt.isa.target.host_target().identity
+    with tdb.TuningDB(path) as db:
+        db.record(key, target_id, [[a.kind, list(a.args)] for a in best.actions], 50.0)
+    C2, _ = mm(64, seed=1)                                  # the same program, other data
+    assert scheduled_tree(C2) == best
+    assert lt.compile(C2) is lt.compile(best)
+    np.testing.assert_allclose(C2.numpy(), mm(64, seed=1)[1], rtol=1e-4, atol=1e-4)
+    assert chosen_schedule(C2) == (best, "tuned")
+    assert scheduled_tree(C) == C.loop_tree                 # remembered until told otherwise
+    lt.frontend.run.schedules_changed()
+    assert scheduled_tree(C) == best
+    other, _ = mm(32)                                       # another program: not this schedule
+    assert scheduled_tree(other) == other.loop_tree
+    mine = C.loop_tree.split(0, 2)                          # L0: the outermost loop
+    C.set(mine)                                             # a schedule of its own wins
+    assert scheduled_tree(C) == mine
+    monkeypatch.setenv("LOOPSTACK_TUNING_DB", "off")
+    lt.frontend.run.schedules_changed()
+    assert scheduled_tree(mm(64)[0]) == mm(64)[0].loop_tree
+
+
+def test_a_trace_that_no_longer_replays_is_ignored(tmp_path, monkeypatch):
+    from loopstack.frontend.run import scheduled_tree
+
+    path = str(tmp_path / "stale.db")
+    monkeypatch.setenv("LOOPSTACK_TUNING_DB", path)
+    C, ref = mm(64)
+    key, target_id = tdb.program_key(program(C).graph), lt.isa.target.host_target().identity
+    with tdb.TuningDB(path) as db:
+        db.record(key, target_id, [["split", [99, 4]]], 50.0)
+    assert scheduled_tree(C) == C.loop_tree
+    np.testing.assert_allclose(C.numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_tuning_changes_what_the_tensor_compiles(tmp_path, monkeypatch):
+    from loopstack.frontend.run import scheduled_tree
+
+    cfg = config(tmp_path)
+    monkeypatch.setenv("LOOPSTACK_TUNING_DB", cfg.db_path)
+    C, ref = mm()
+    np.testing.assert_allclose(C.numpy(), ref, rtol=1e-4, atol=1e-4)
+    res = tune(C, budget_s=1.0, mapper="random", config=cfg)
+    assert scheduled_tree(C) == res.tree
+    np.testing.assert_allclose(C.numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_generated_default_schedules_replay_from_their_actions():
+    from loopstack.frontend.tree import LoopTree
+    from loopstack.frontend.tree import default_schedule as unscheduled
+    from loopstack.tune.defaults import default_schedule
+    from loopstack.workloads import get_workload
+
+    for name in ("MM-64", "CONV-4", "DWCONV-3", "MLP-8x256", "MBV3-C64"):
+        Y, _ = get_workload(name).build()
+        tree = default_schedule(Y)
+        g = program(Y).graph
+        trace = json.loads(json.dumps([[a.kind, list(a.args)] for a in tree.actions]))
+        assert replay(LoopTree(g, unscheduled(g)), trace) == tree, name
+
+
 def test_analytical_model_prefers_a_register_block():
     from loopstack.isa.target import host_target
 
