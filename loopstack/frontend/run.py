@@ -175,10 +175,13 @@ def execute(t, target=None) -> np.ndarray:
             raise ArgumentError(f"input {k} [{', '.join(v.name for v in r.vars)}] has no data: "
                                 "bind it with .set(array)")
         args.append(r.data)
-    # reuse the last result's memory when the caller dropped it (no fresh pages to fault in)
+    # Reuse the last result's memory when the caller dropped it (no fresh pages to fault in).
+    # Right after the last call `out` had `t._out_refs` references (ours, and whatever the kernel
+    # keeps of its last arguments); one more now means the caller still holds that result.
     out = getattr(t, "_out", None)
-    if out is None or sys.getrefcount(out) > 3 or out.shape != shape or out.dtype != dt:
+    if out is None or sys.getrefcount(out) > t._out_refs or out.shape != shape or out.dtype != dt:
         out = np.empty(shape, dt)
         t._out = out
     kernel(*args, out)
+    t._out_refs = sys.getrefcount(out)
     return out

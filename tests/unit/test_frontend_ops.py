@@ -255,3 +255,19 @@ def test_lazy_and_cached(target):
     run(C, target)
     C2 = (lt.Tensor(r(6, 4)).to(m, k) * lt.Tensor(r(4, 5)).to(k, n)).sum(k)
     assert C2.compile(target) is k1   # same structure -> the cached kernel
+
+
+def test_results_the_caller_keeps_are_never_overwritten(target):
+    a, b, a2 = r(6, 4), r(4, 5), r(6, 4)
+    m, n, k = lt.symbols("m n k")
+    A = lt.Tensor(a)
+    C = (A.to(m, k) * lt.Tensor(b).to(k, n)).sum(k)
+    first = run(C, target)
+    kept = first.copy()
+    A.set(a2)                            # new data, same program: the next result differs
+    second = run(C, target)
+    assert second is not first
+    np.testing.assert_array_equal(first, kept)
+    close(second, a2 @ b)
+    del first, second                    # dropped: the next call may reuse that memory
+    close(run(C, target), a2 @ b)

@@ -104,12 +104,17 @@ class X86Kernel(KernelBase):
         self.lowered = lowered
         self.target = target
         self._segments = segments
-        self._funcs = [c.func for c, _, _ in segments]
         self._private = private
         self.threads = os.cpu_count() or 1
         self._shared = {t.name: allocate(t) for t in lowered.temps if t.name not in private}
         self._per_thread: list[dict[str, np.ndarray]] = []
         self._arg_cache = None
+        # per segment: (function, iterations, parallel?) — fixed at compile time, so a call
+        # only looks up its arguments' pointer block and calls
+        self._steps = [(c.func, _iterations(lowered, node),
+                        isinstance(node, Loop) and "parallel" in node.annotations)
+                       for c, _, node in segments]
+        self._parallel = any(parallel for _, _, parallel in self._steps)
 
     @property
     def code(self) -> bytes:
@@ -139,21 +144,29 @@ class X86Kernel(KernelBase):
         params = self.lowered.arguments + self.lowered.temps
         return pointer_array(bufs, [b.kind != "input" for b in params], [b.name for b in params])
 
-    def _execute(self, arrays) -> None:
-        # the cache holds the arrays themselves, so their ids cannot be reused while cached
-        key = (self.threads, *map(id, arrays))
-        if self._arg_cache is None or self._arg_cache[0] != key:
-            self._arg_cache = (key, [self._pointers(arrays, t) for t in range(max(1, self.threads))], arrays)
-        ptrs = self._arg_cache[1]
-        for func, (_, _, node) in zip(self._funcs, self._segments):
-            if isinstance(node, Loop) and "parallel" in node.annotations and self.threads > 1:
-                self._run_parallel(func, node, ptrs)
-            else:
-                n = _iterations(self.lowered, node)
-                func(ptrs[0].cdata, 0, n)
+    def __call__(self, *arrays: np.ndarray) -> None:
+        self._execute(arrays, checked=False)
 
-    def _run_parallel(self, func, node: Loop, ptrs) -> None:
-        n = _iterations(self.lowered, node)
+    def _execute(self, arrays, checked: bool = True) -> None:
+        # The pointer block of the last arrays is kept with the arrays themselves: their ids
+        # cannot be reused while cached, and an array that is referenced cannot be resized, so
+        # the same objects passed again are the same memory and need no second check.
+        threads = self.threads if self._parallel else 1     # one pointer block per thread
+        key = (threads, *map(id, arrays))
+        cache = self._arg_cache
+        if cache is None or cache[0] != key:
+            if not checked:
+                self.check_arguments(arrays)
+            ptrs = [self._pointers(arrays, t) for t in range(max(1, threads))]
+            cache = self._arg_cache = (key, ptrs, arrays, ptrs[0].cdata)
+        block = cache[3]
+        for func, n, parallel in self._steps:
+            if parallel and threads > 1:
+                self._run_parallel(func, n, cache[1])
+            else:
+                func(block, 0, n)
+
+    def _run_parallel(self, func, n: int, ptrs) -> None:
         t = min(self.threads, n)
         bounds = [n * i // t for i in range(t + 1)]
         futures = [_pool().submit(func, ptrs[i].cdata, bounds[i], bounds[i + 1]) for i in range(1, t)]
