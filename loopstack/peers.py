@@ -1,7 +1,7 @@
 """The comparison peers of the benchmark: numpy, PyTorch (eager, single thread) and Halide.
 
 Each peer runs the workload on the same arrays the loopstack kernel reads and is timed the same
-way (best of `runs` after a warm-up). A peer that is not installed, or that has no
+way (`timing.best_seconds`: best of `runs`, at least `BENCH_MIN_SECONDS` of calls, after a warm-up). A peer that is not installed, or that has no
 implementation of a workload, is reported as skipped (`None`), never estimated.
 
     measure("torch", workload, arrays) -> PeerResult(gflops, compile_ms, note) | raises PeerSkipped
@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from .timing import BENCH_MIN_SECONDS, best_seconds
 
 PEERS = ("numpy", "torch", "halide")
 
@@ -45,14 +47,7 @@ def available(name: str) -> bool:
 
 
 def _best(fn, runs: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    best = float("inf")
-    for _ in range(max(1, runs)):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_seconds(fn, runs, warmup, BENCH_MIN_SECONDS)
 
 
 # ---------------------------------------------------------------------------- numpy

@@ -13,14 +13,13 @@ raises ArgumentError naming the buffer; a kernel never reads or writes outside a
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..dtypes import dtype as _dtype
 from ..errors import ArgumentError
 from ..looptree import stats
 from ..looptree.ir import Buffer, LoopTree
+from ..timing import best_seconds
 
 __all__ = ["KernelBase", "allocate", "empty_aligned", "random_array"]
 
@@ -87,19 +86,13 @@ class KernelBase:
         rng = np.random.default_rng(seed)
         return tuple(random_array(b, rng) if b.kind == "input" else allocate(b) for b in self.tree.arguments)
 
-    def benchmark(self, *arrays: np.ndarray, runs: int = 10, warmup: int = 1) -> float:
-        """GFLOPS of the best of `runs` timed calls after `warmup` untimed ones
-        (random arguments when none are given)."""
+    def benchmark(self, *arrays: np.ndarray, runs: int = 10, warmup: int = 1, min_seconds: float = 0.0) -> float:
+        """GFLOPS of the best of `runs` timed calls after `warmup` untimed ones (random arguments
+        when none are given); short calls repeat until they fill `min_seconds`."""
         if not arrays:
             arrays = self.random_arguments()
         self.check_arguments(arrays)
-        for _ in range(warmup):
-            self._execute(arrays)
-        best = float("inf")
-        for _ in range(max(1, runs)):
-            t0 = time.perf_counter()
-            self._execute(arrays)
-            best = min(best, time.perf_counter() - t0)
+        best = best_seconds(lambda: self._execute(arrays), runs, warmup, min_seconds)
         self.last_seconds = best
         return self.flops / best / 1e9 if best > 0 else float("inf")
 

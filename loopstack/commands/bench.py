@@ -112,6 +112,7 @@ def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, 
     from ..backend.kernel_base import empty_aligned
     from ..frontend.run import program
     from ..isa.target import host_target, peak_gflops
+    from ..timing import BENCH_MIN_SECONDS
     from ..tune.defaults import chosen_schedule
 
     tgt = host_target() if target is None else target
@@ -129,7 +130,7 @@ def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, 
     arrays = w.arrays(seed)    # the same values, for the peers (aligned like the kernel's)
     mine, theirs, layouts, pcompile, notes = [], {p: [] for p in peers}, {}, {}, {}
     for _ in range(max(1, rounds)):
-        mine.append(kernel.benchmark(*inputs, out, runs=runs))
+        mine.append(kernel.benchmark(*inputs, out, runs=runs, min_seconds=BENCH_MIN_SECONDS))
         for p in peers:
             try:
                 res = P.measure(p, w, arrays, runs=runs)

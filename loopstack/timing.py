@@ -1,0 +1,31 @@
+"""One timing policy for loopstack's kernels and the peers they are compared with.
+
+Best of `runs` timed calls after `warmup` untimed ones; with `min_seconds`, short calls are
+repeated until they fill that much time, so a 5 µs kernel is judged on thousands of calls
+rather than ten (the best of a few is mostly timer and cache noise at that size).
+"""
+from __future__ import annotations
+
+import time
+
+BENCH_MIN_SECONDS = 0.05    # what `loopstack bench` gives each measurement, ours and the peers'
+
+
+def best_seconds(fn, runs: int = 10, warmup: int = 1, min_seconds: float = 0.0) -> float:
+    for _ in range(warmup):
+        fn()
+    clock = time.perf_counter
+    best = float("inf")
+    n = max(1, runs)
+    i = 0
+    start = clock()
+    while i < n:
+        t0 = clock()
+        fn()
+        t = clock() - t0
+        if t < best:
+            best = t
+        i += 1
+        if i == n and min_seconds and clock() - start < min_seconds:
+            n += max(1, int((min_seconds - (clock() - start)) / max(best, 1e-7)))
+    return best
