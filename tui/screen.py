@@ -98,7 +98,8 @@ def cursor_line(session: Session) -> str:
     it = t.item(c)
     if it.kind == "node":
         n = t.graph.node(it.node)
-        return f"at L{c}: %{n.id} {n.fn or n.op} {buffer_of(session, it.node)}".rstrip()
+        # nodes carry no L label in the tree, so name the node itself, not its ref
+        return f"at %{n.id}: {n.fn or n.op} {buffer_of(session, it.node)}".rstrip()
     from loopstack.frontend.tree import steps
 
     step = steps(t.node_schedule(it.leaves[0]).order)[it.depth]

@@ -200,7 +200,7 @@ class Session:
         if self._kind() == "loop":
             self.change(f"merged L{c} into its parent", lambda t: t.merge(c))
         else:
-            self.change(f"deleted the copy at L{c}", lambda t: t.delete_copy(c))
+            self.change(f"deleted the copy %{self.tree.item(c).node}", lambda t: t.delete_copy(c))
 
     def annotate(self, kind: str) -> None:
         c = self.cursor
