@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from loopstack.errors import LoopstackError
+from loopstack.timing import best_seconds
 
 QUICK_S = 0.1        # the benchmark after every change
 LONG_S = 1.0         # `b`
@@ -68,11 +69,7 @@ def bandwidth() -> float:
         n = 8 << 20                              # 32 MiB of float32: larger than most L3s
         a = np.ones(n, np.float32)
         b = np.empty_like(a)
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            np.copyto(b, a)
-            best = min(best, time.perf_counter() - t0)
+        best = best_seconds(lambda: np.copyto(b, a), runs=3, warmup=0)
         _BANDWIDTH.append(2 * a.nbytes / best / 1e9)
     return _BANDWIDTH[0]
 
