@@ -1,6 +1,7 @@
 """compile_x86: a verified loop tree in, an x86-64 Kernel out.
 
-    stage_padded_reads -> split_init_post -> check_parallel -> one function per top-level node
+    split_padded_nests -> stage_padded_reads -> split_init_post -> check_parallel
+    -> one function per top-level node
 
 Each top-level node becomes its own machine-code function `f(void **args, i64 start,
 i64 end)`; the Kernel calls them in order. A top-level loop annotated "parallel" is
@@ -22,7 +23,7 @@ from ...isa.target import get_target
 from ...isa.x86.assembler import Assembler
 from ...looptree.ir import Loop, LoopTree, loop_var, statements
 from ..kernel_base import KernelBase, allocate
-from ..rewrite import split_init_post, stage_padded_reads
+from ..rewrite import split_init_post, split_padded_nests, stage_padded_reads
 from .nest import SegmentCompiler, max_accumulators
 
 _POOL: ThreadPoolExecutor | None = None
@@ -59,7 +60,7 @@ def emit_x86(tree: LoopTree, target, unroll_limit: int | None = None):
             raise UnsupportedError(
                 f"the x86 backend computes in float32 (storage float32 or float16); buffer %{b.name} is "
                 f"{b.dtype} (use target='interp' for integer programs)")
-    lowered = stage_padded_reads(tree)
+    lowered = stage_padded_reads(split_padded_nests(tree))
     lowered = split_init_post(lowered, target.lanes("float32"), lambda s: max_accumulators(target, s))
     parallel = check_parallel(lowered)
     slots = {b.name: i for i, b in enumerate(lowered.arguments + lowered.temps)}
@@ -104,7 +105,11 @@ class X86Kernel(KernelBase):
         self.lowered = lowered
         self.target = target
         self._segments = segments
-        self._funcs = [c.func for c, _, _ in segments]
+        # (function, iterations of its top-level loop, runs in parallel), worked out once:
+        # a kernel of many small segments (border nests) pays for every Python step per call
+        self._calls = [(c.func, _iterations(lowered, node),
+                        isinstance(node, Loop) and "parallel" in node.annotations)
+                       for c, _, node in segments]
         self._private = private
         self.threads = os.cpu_count() or 1
         self._shared = {t.name: allocate(t) for t in lowered.temps if t.name not in private}
@@ -145,15 +150,14 @@ class X86Kernel(KernelBase):
         if self._arg_cache is None or self._arg_cache[0] != key:
             self._arg_cache = (key, [self._pointers(arrays, t) for t in range(max(1, self.threads))], arrays)
         ptrs = self._arg_cache[1]
-        for func, (_, _, node) in zip(self._funcs, self._segments):
-            if isinstance(node, Loop) and "parallel" in node.annotations and self.threads > 1:
-                self._run_parallel(func, node, ptrs)
+        args = ptrs[0].cdata
+        for func, n, parallel in self._calls:
+            if parallel and self.threads > 1:
+                self._run_parallel(func, n, ptrs)
             else:
-                n = _iterations(self.lowered, node)
-                func(ptrs[0].cdata, 0, n)
+                func(args, 0, n)
 
-    def _run_parallel(self, func, node: Loop, ptrs) -> None:
-        n = _iterations(self.lowered, node)
+    def _run_parallel(self, func, n: int, ptrs) -> None:
         t = min(self.threads, n)
         bounds = [n * i // t for i in range(t + 1)]
         futures = [_pool().submit(func, ptrs[i].cdata, bounds[i], bounds[i + 1]) for i in range(1, t)]
