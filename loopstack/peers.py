@@ -140,7 +140,6 @@ def _halide_fn(w, a):
     """A scheduled Halide pipeline for matmul-like and conv workloads; (callable, compile_ms)."""
     import halide as hl
 
-    p = w.p
     if w.kind == "mm":
         A, B = a["A"], a["B"]
         M, K = A.shape

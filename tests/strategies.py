@@ -14,10 +14,11 @@ directly from the inputs, never through a loop tree) and tolerances.  Outputs st
 
 Families: contractions (matmul-like, add/max/min reductions, init identity/bias/none,
 post ops, int8 -> int32 and fp16 storage), element-wise expression chains with
-broadcasting, 1-D and 2-D convolutions (stride, dilation, zero_pad), transposes and padded
-copies, and producer/consumer pairs through a temp (full-size, or block-sized under a
-shared outer loop and indexed `m - @m0`).  Schedules split every dimension at random
-steps (dividing the size or not, even larger than it) and interleave the loops at random.
+broadcasting, 1-D and 2-D convolutions (stride, dilation, zero_pad), channels-last
+depthwise convolutions, transposes and padded copies, and producer/consumer pairs through a
+temp (full-size, or block-sized under a shared outer loop and indexed `m - @m0`).  Schedules
+split every dimension at random steps (dividing the size or not, even larger than it) and
+interleave the loops at random.
 """
 from __future__ import annotations
 
@@ -28,13 +29,13 @@ from typing import Callable
 import numpy as np
 from hypothesis import strategies as st
 
-from loopstack.looptree.builders import access, make_tree, nest
+from loopstack.looptree.builders import access, depthwise_conv2d_tree, make_tree, nest
 from loopstack.looptree.ir import Acc, Affine, Binary, Buffer, Compute, Const, Load, Unary
 
 __all__ = [
     "Case", "check_case", "random_case", "sizes", "schedules",
     "contraction_cases", "reduction_cases", "elementwise_cases", "conv_cases",
-    "copy_cases", "staged_cases", "ref_unary",
+    "copy_cases", "staged_cases", "depthwise_cases", "ref_unary",
 ]
 
 
@@ -324,6 +325,43 @@ def conv_cases(draw):
 
 
 @st.composite
+def depthwise_cases(draw):
+    """Channels-last depthwise 2-D convolution Y[oh, ow, c] += pad X[s*oh + r - p, s*ow + q - p, c]
+    * W[r, q, c] (the MobileNet layer), optionally with a relu: odd and even sizes, stride 1 to 3,
+    padding 0 to the window size (even wider than the image)."""
+    stride = draw(st.integers(1, 3))
+    R = draw(st.integers(1, 5))
+    pad = draw(st.integers(0, R))
+    H = draw(st.integers(max(1, R - 2 * pad), 13))
+    W_ = draw(st.integers(max(1, R - 2 * pad), 13))
+    C = draw(st.integers(1, 20))
+    relu = draw(st.booleans())
+    tree = depthwise_conv2d_tree(C, H, W_, R, R, stride=stride, padding=pad, post="relu" if relu else None)
+    tree = make_tree(tree.buffers, tree.dims, nest(draw(schedules(dict(tree.dims))), _statement(tree)))
+
+    def reference(inputs):
+        X, Wt = (np.asarray(x, np.float64) for x in inputs)
+        Xp = np.pad(X, ((pad, pad), (pad, pad), (0, 0)))
+        OH, OW = (H + 2 * pad - R) // stride + 1, (W_ + 2 * pad - R) // stride + 1
+        Y = np.zeros((OH, OW, C))
+        for r in range(R):
+            for q in range(R):
+                Y += Xp[r: r + stride * (OH - 1) + 1: stride, q: q + stride * (OW - 1) + 1: stride] * Wt[r, q]
+        return (np.maximum(Y, 0) if relu else Y,)
+
+    return Case(tree, lambda rng: (_floats((H, W_, C))(rng), _floats((R, R, C))(rng)), reference, 1e-4,
+                1e-5 * R * R, name=f"depthwise {H}x{W_}x{C} {R}x{R} stride={stride} pad={pad} relu={relu}")
+
+
+def _statement(tree):
+    """The one statement of a single-nest tree."""
+    node = tree.body[0]
+    while not isinstance(node, Compute):
+        node = node.body[0]
+    return node
+
+
+@st.composite
 def copy_cases(draw):
     """Transposes of 2-D/3-D tensors, and a zero-padded copy Y[h, w] = pad X[h - p, w - q]."""
     kind = draw(st.sampled_from(["transpose", "pad"]))
@@ -396,4 +434,4 @@ def staged_cases(draw):
 def random_case():
     """Any of the families above."""
     return st.one_of(contraction_cases(), reduction_cases(), elementwise_cases(), conv_cases(),
-                     copy_cases(), staged_cases())
+                     depthwise_cases(), copy_cases(), staged_cases())

@@ -1,14 +1,12 @@
 """Tree-to-tree passes the code generators run before emitting code.
 
 Each pass takes a verified loop tree and returns an equivalent one that is easier to
-emit; none changes the user's loop order.
+emit; none changes the user's loop order within a nest.
 
-stage_padded_reads
-    %out[h] = pad %in[h - 1]         %in_pad: zero border, allocated once
-                           ==>       for j in N: %in_pad[j + 1] = %in[j]
-                                     %out[h] = %in_pad[h]
-    Padding costs one copy of the input instead of a bounds test per element; the
-    border of the staging buffer is never written, so it stays zero.
+split_padded_nests, stage_padded_reads
+    Padded reads without a bounds test per element: nests split into an interior that
+    reads in place and narrow borders, whose reads are staged into zero-bordered temps
+    (see padding.py).
 
 split_init_post
     for k: for m: %C[m] += ... init identity post relu
@@ -22,102 +20,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import UnsupportedError
-from ..looptree.ir import (
-    REDUCE_IDENTITY, Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree,
-    Unary, statements, substitute_acc,
-)
+from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Load, Loop, LoopTree, substitute_acc
 from .analysis import block_footprint, indexes_output, perfect_statement, reads_output, reduction_loops
+from .padding import split_padded_nests, stage_padded_reads
 
-# ---------------------------------------------------------------------------
-# padding
-
-
-def _index_range(idx: Affine, sizes: dict[str, int]) -> tuple[int, int]:
-    lo = hi = idx.const
-    for name, c in idx.terms:
-        if name.startswith("@"):
-            raise UnsupportedError("a padded read indexed by a loop offset is not supported")
-        span = c * (sizes[name] - 1)
-        lo += min(0, span)
-        hi += max(0, span)
-    return lo, hi
-
-
-def stage_padded_reads(tree: LoopTree) -> LoopTree:
-    sizes = dict(tree.dims)
-    staged: dict[tuple, tuple[str, tuple[int, ...]]] = {}  # (buffer, lows, shape) -> temp name
-    new_buffers = list(tree.buffers)
-    new_dims = list(tree.dims)
-    copies_before: dict[int, list] = {}
-
-    def stage(access: Access, top: int) -> Access:
-        buf = tree.buffer(access.buffer)
-        ranges = [_index_range(i, sizes) for i in access.index]
-        if all(lo >= 0 and hi < s for (lo, hi), s in zip(ranges, buf.shape)):
-            return replace(access, zero_pad=False)
-        lows = tuple(min(lo, 0) for lo, _ in ranges)
-        shape = tuple(max(hi + 1, s) - low for (lo, hi), s, low in zip(ranges, buf.shape, lows))
-        key = (buf.name, lows, shape)
-        if key not in staged:
-            name = f"{buf.name}_pad{len(staged)}"
-            new_buffers.append(Buffer(name, buf.dtype, shape, "temp"))
-            dims = []
-            for i, s in enumerate(buf.shape):
-                d = f"{name}_d{i}"
-                new_dims.append((d, s))
-                dims.append(d)
-            copy = Compute(
-                f"{name}_copy",
-                Access(name, tuple(Affine.of(d, const=-low) for d, low in zip(dims, lows))),
-                Load(Access(buf.name, tuple(Affine.of(d) for d in dims))),
-            )
-            node = copy
-            for i, d in reversed(list(enumerate(dims))):
-                node = Loop(f"{name}_l{i}", d, 1, (node,))
-            staged[key] = (name, lows)
-            copies_before.setdefault(top, []).append(node)
-        name, lows = staged[key]
-        return Access(name, tuple(Affine(i.terms, i.const - low) for i, low in zip(access.index, lows)))
-
-    def fix_expr(e, top):
-        if isinstance(e, Load):
-            return Load(stage(e.access, top)) if e.access.zero_pad else e
-        if isinstance(e, Unary):
-            return Unary(e.op, fix_expr(e.x, top))
-        if isinstance(e, Binary):
-            return Binary(e.op, fix_expr(e.a, top), fix_expr(e.b, top))
-        return e
-
-    def fix(node, top):
-        if isinstance(node, Loop):
-            return replace(node, body=tuple(fix(n, top) for n in node.body))
-        init = node.init if isinstance(node.init, (str, type(None))) else fix_expr(node.init, top)
-        post = None if node.post is None else fix_expr(node.post, top)
-        return replace(node, expr=fix_expr(node.expr, top), init=init, post=post)
-
-    if not any(a.zero_pad for _, s in tree.computes() for a in s.reads()):
-        return tree
-    written_in: dict[str, set[int]] = {}
-    for top, node in enumerate(tree.body):
-        for s in statements(node):
-            written_in.setdefault(s.out.buffer, set()).add(top)
-    body = [fix(n, top) for top, n in enumerate(tree.body)]
-    out = []
-    for top, node in enumerate(body):
-        for c in copies_before.get(top, []):
-            src = c
-            while isinstance(src, Loop):
-                src = src.body[0]
-            if top in written_in.get(src.expr.access.buffer, set()):
-                raise UnsupportedError(
-                    f"padded read of %{src.expr.access.buffer} inside the nest that writes it: "
-                    "stage it in its own nest first")
-            out.append(c)
-        out.append(node)
-    return LoopTree(tuple(new_buffers), tuple(new_dims), tuple(out))
-
-
+__all__ = ["split_padded_nests", "stage_padded_reads", "split_init_post", "init_post_fusable"]
 
 # ---------------------------------------------------------------------------
 # init / post

@@ -25,7 +25,9 @@ blocks, vector blocks, the reduction loops, the row block, the vector block:
 
     matmul  n(nb) m(mr) k m(1) n(1)                         6 x 16 block on AVX2
     conv    k(kb) c(cb) oh ow(owb) r s c ow(1) k(1)          NHWC
-    dwconv  c(cb) oh ow(owb) r s ow(1) c(1)
+    dwconv  c(cb) oh ow(owb) r s ow(1) c(1)                  input in L2
+            oh c(cb) ow(owb) r s ow(1) c(1)                  larger input: each input row
+                                                             band read once for all channels
 
 Element-wise consumers (bias, ReLU, the write) take the same order without the reduction loops,
 so they fuse into the store of the output block.
@@ -189,15 +191,20 @@ def plan(graph, node, tgt) -> Plan:
             if red_elems * vb * _BYTES > _PACK_PANEL:
                 reduce_tile = (red[0], _divisor_at_most(red_elems, _PACK_PANEL // (vb * _BYTES), 8))
 
-    order = []
-    if vec_tile:
-        order.append(_entries(vec, size(vec), vec_tile))
-    else:
-        order.append(_entries(vec, size(vec), vb))
+    # a depthwise block sweeps the image once per channel tile; when the input does not fit in
+    # L2 each sweep streams it from memory again (and uses only part of every cache line), so
+    # the channel tiles go inside the outer output rows: a band of input rows is then read
+    # from memory once, for all channels
+    channels_inside = depthwise and row is not None and len(out) > 2 and \
+        max(_source_bytes(graph, i) for i in mult.inputs) > tgt.l2
+    vec_entry = _entries(vec, size(vec), vec_tile or vb)
+    order = [] if channels_inside else [vec_entry]
     if reduce_tile:
         order.append(_entries(reduce_tile[0], size(reduce_tile[0]), reduce_tile[1]))
     for v in out[:-2]:
         order.append((v, size(v), 0))
+    if channels_inside:
+        order.append(vec_entry)
     if row:
         order.append(_entries(row, size(row), mr))
     if vec_tile:
@@ -249,6 +256,17 @@ def _read_vars(graph, i):
             vs |= {name for name, k in terms if k}
         return vs
     return set(n.vars)
+
+
+def _source_bytes(graph, i):
+    """Bytes of the tensor graph node `i` reads from (through its views)."""
+    n = graph.node(i)
+    while n.op == "view":
+        n = graph.node(n.inputs[0])
+    elems = 1
+    for v in n.vars:
+        elems *= graph.size(v)
+    return elems * _BYTES
 
 
 def _producer(graph, node):

@@ -123,8 +123,6 @@ def test_views_window_and_index(target):
     x = r(10)
     s = lt.SymbolGenerator()
     X = lt.Tensor(x).to(s.N)
-    W = lt.Tensor(r(3))
-    w = W.numpy() if False else None  # noqa: F841
     wv = r(3)
     W = lt.Tensor(wv).to(s.K)
     Y = (X.to(s.No, s.K, constraints=[(s.N, s.No + s.K)]) * W).sum(s.K)

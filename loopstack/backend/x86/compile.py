@@ -1,6 +1,7 @@
 """compile_x86: a verified loop tree in, an x86-64 Kernel out.
 
-    stage_padded_reads -> split_init_post -> check_parallel -> one function per top-level node
+    split_padded_nests -> stage_padded_reads -> split_init_post -> check_parallel
+    -> one function per top-level node
 
 Each top-level node becomes its own machine-code function `f(void **args, i64 start,
 i64 end)`; the Kernel calls them in order. A top-level loop annotated "parallel" is
@@ -22,7 +23,7 @@ from ...isa.target import get_target
 from ...isa.x86.assembler import Assembler
 from ...looptree.ir import Loop, LoopTree, loop_var, statements
 from ..kernel_base import KernelBase, allocate
-from ..rewrite import split_init_post, stage_padded_reads
+from ..rewrite import split_init_post, split_padded_nests, stage_padded_reads
 from .nest import SegmentCompiler, max_accumulators
 
 _POOL: ThreadPoolExecutor | None = None
@@ -59,7 +60,7 @@ def emit_x86(tree: LoopTree, target, unroll_limit: int | None = None):
             raise UnsupportedError(
                 f"the x86 backend computes in float32 (storage float32 or float16); buffer %{b.name} is "
                 f"{b.dtype} (use target='interp' for integer programs)")
-    lowered = stage_padded_reads(tree)
+    lowered = stage_padded_reads(split_padded_nests(tree))
     lowered = split_init_post(lowered, target.lanes("float32"), lambda s: max_accumulators(target, s))
     parallel = check_parallel(lowered)
     slots = {b.name: i for i, b in enumerate(lowered.arguments + lowered.temps)}

@@ -49,7 +49,11 @@ class Emitter:
         self.regs = RegisterFile(target.vector_registers)
         self._consts: dict[tuple, Mem] = {}
         self._masks: dict[int, object] = {}     # lanes -> Vec (AVX2) or MaskReg (AVX-512)
-        self._maps: dict[Access, ByteMap] = {}
+        # id(access) -> (access, ByteMap, pointer): hashing an Access rehashes its whole index,
+        # and addresses are looked up several times per instruction; the entry holds the Access,
+        # so its id cannot be reused by another one
+        self._maps: dict[int, tuple] = {}
+        self._dtypes = {b.name: b.dtype for b in tree.buffers}
         self.versions: dict[str, int] = {}      # buffer -> stores so far in this region
 
     # -- registers and operands ------------------------------------------------
@@ -60,15 +64,26 @@ class Emitter:
         return "ps" if shape.vector else "ss"
 
     def bytemap(self, access: Access) -> ByteMap:
-        bm = self._maps.get(access)
-        if bm is None:
-            bm = self._maps[access] = byte_map(self.tree, access)
-        return bm
+        return self._access_info(access)[1]
+
+    def _access_info(self, access: Access) -> tuple:
+        """(access, its ByteMap, its pointer register), computed once per access."""
+        hit = self._maps.get(id(access))
+        if hit is None:
+            bm = byte_map(self.tree, access)
+            hit = self._maps[id(access)] = (access, bm, self.pointers[bm.stream])
+        return hit
 
     def address(self, access: Access, static: dict[str, int]) -> Mem:
-        bm = self.bytemap(access)
-        disp = bm.const + sum(c * static.get(n, 0) for n, c in bm.coeffs)
-        return Mem(self.pointers[bm.stream], disp=disp)
+        _, bm, base = self._access_info(access)
+        return Mem(base, disp=self._disp(bm, static))
+
+    @staticmethod
+    def _disp(bm: ByteMap, static: dict[str, int]) -> int:
+        disp = bm.const
+        for n, c in bm.coeffs:
+            disp += c * static.get(n, 0)
+        return disp
 
     def const(self, value: float) -> Mem:
         """A full vector of `value` in the constant pool (also read as a scalar)."""
@@ -126,13 +141,13 @@ class Emitter:
         return "vec" if s == 1 else "bcast"
 
     def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
-        m = self.address(access, static)
+        _, bm, base = self._access_info(access)
         kind = self.load_kind(access, shape)
         lanes = shape.lanes if kind == "vec" else 0
         # the buffer's version changes with every store to it, so a load after a store
         # never hits the cache entry of the value before it
         version = self.versions.get(access.buffer, 0)
-        return (m.base.num, m.disp, kind, lanes, self.tree.buffer(access.buffer).dtype, version)
+        return (base.num, self._disp(bm, static), kind, lanes, self._dtypes[access.buffer], version)
 
     def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
         """The value of a read; a cached register, a memory operand, or a fresh register."""
@@ -148,7 +163,7 @@ class Emitter:
                 del regs.cache[key]
                 return Val(reg=reg, owned=True)
             return Val(reg=reg, key=key)
-        m = self.address(access, static)
+        m = Mem(self._access_info(access)[2], disp=key[1])
         kind, dtype = key[2], key[4]
         if foldable and left <= 0 and dtype == "float32":
             if kind == "scalar" or (kind == "vec" and not shape.masked):
@@ -194,7 +209,7 @@ class Emitter:
     def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
         a = self.asm
         m = self.address(access, static)
-        dtype = self.tree.buffer(access.buffer).dtype
+        dtype = self._dtypes[access.buffer]
         src = self.v(reg, shape)
         if dtype == "float16":
             if shape.vector and not shape.masked:
