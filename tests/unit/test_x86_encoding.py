@@ -4,6 +4,8 @@ Every table row is encoded with a spread of registers (low, r8-r15 / xmm8-15, 16
 and addressing modes, decoded, and compared operand by operand (not byte by byte, so legal
 alternative encodings do not fail). Hypothesis draws further registers and displacements.
 """
+import dataclasses
+import pickle
 import re
 
 import pytest
@@ -11,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopstack.errors import EncodingError
-from loopstack.isa.x86.assembler import Assembler
+from loopstack.isa.x86.assembler import Assembler, format_operand
 from loopstack.isa.x86.encode import encode
 from loopstack.isa.x86.forms import FORMS, LOOKUP
-from loopstack.isa.x86.operands import (GPR8, GPR32, GPR64, K, RIP, XMM, YMM, ZMM, Gpr, Label, MaskReg, Mem, Vec,
-                                        cl, eax, k1, k2, r8, r12, r13, rax, rbp, rcx, rdi, rdx, rsi, rsp, xmm0,
-                                        ymm0, ymm1, ymm2, ymm3, ymm8, zmm1, zmm2, zmm3, zmm29, zmm30,
-                                        zmm31)
+from loopstack.isa.x86.operands import (GPR8, GPR32, GPR64, K, NOT_TEMPLATED, RIP, XMM, YMM, ZMM, Gpr,
+                                        Label, MaskReg, Mem, Vec, cl, eax, k1, k2, r8, r12, r13, rax, rbp,
+                                        rbx, rcx, rdi, rdx, rsi, rsp, xmm0, ymm0, ymm1, ymm2, ymm3, ymm8,
+                                        zmm0, zmm1, zmm2, zmm3, zmm29, zmm30, zmm31, mem_template_shape)
 
 iced = pytest.importorskip("iced_x86")
 capstone = pytest.importorskip("capstone")
@@ -566,8 +568,9 @@ def test_getattr_sugar():
 
 
 # ---------------------------------------------------------------------------------------------
-# Instruction templates: an instruction seen before (same registers, same memory shape) is copied
-# from a template with its displacement spliced in; it must match the encoders exactly
+# Kept instructions and memory templates: an instruction seen before (same registers, same memory
+# fields) is copied from what was kept, one new only in its displacement is made from its memory
+# template with the displacement spliced in; both must match the encoders exactly
 # ---------------------------------------------------------------------------------------------
 
 @settings(max_examples=300)
@@ -591,6 +594,66 @@ def test_templates_match_encoders(case, disps):
         asm.emit(form.mnemonic, *v)
         asm.emit(form.mnemonic, *v)
         assert asm.bytes() == want * 2, (v, asm.bytes().hex(), want.hex())
+
+
+def test_template_codes_and_shapes():
+    """One code per interned register; a Mem's shape changes with every field but the
+    displacement, is never a register code, and stands for values, not objects."""
+    regs = GPR64 + GPR32 + GPR8 + XMM + YMM + ZMM + K
+    codes = {r._template_code for r in regs}
+    assert len(codes) == len(regs) and None not in codes
+    assert Vec(3, 256)._template_code is None and ymm3.masked(k1)._template_code is None
+    base = Mem(rdi, rax, 4, 64, 512, False, None, k1)
+    others = [dataclasses.replace(base, **{field: value}) for field, value in (
+        ("base", rsi), ("index", rcx), ("index", None), ("scale", 8), ("bits", 256), ("bits", None),
+        ("broadcast", True), ("mask", k2), ("mask", None))]
+    shapes = [mem_template_shape(m) for m in [base] + others]
+    assert len(set(shapes)) == len(shapes) and not set(shapes) & codes
+    assert base._template_shape == shapes[0]                    # kept on the object
+    assert mem_template_shape(dataclasses.replace(base, disp=-8)) == shapes[0]
+    assert mem_template_shape(pickle.loads(pickle.dumps(base))) == shapes[0]
+    for m in (Mem(RIP, disp=8), Mem(None, rax, 8), Mem(Gpr(7)), Mem(rdi, disp=1.0), Mem(rdi, rax, 2.0),
+              Mem(rdi, rax, 3), Mem(rdi, rsp), Mem(rdi, mask=MaskReg(1)), Mem(rdi, bits=100)):
+        assert mem_template_shape(m) == NOT_TEMPLATED, m
+
+
+def test_kept_instructions_follow_operand_values():
+    """Emitted again and again, with equal operands made anew and with one field changed at a
+    time: every copy gives the encoders' bytes and its own listing line."""
+    m = Mem(rdi, rax, 4, 64)
+    cases = [
+        ("vfmadd231ps", (zmm1, zmm2, m.bcst(32))),
+        ("vfmadd231ps", (zmm1, zmm2, m)),
+        ("vfmadd231ps", (zmm1, zmm2, Mem(rdi, rax, 8, 64).bcst(32))),
+        ("vfmadd231ps", (zmm1, zmm2, Mem(rdi, rcx, 4, 64).bcst(32))),
+        ("vfmadd231ps", (zmm1, zmm2, Mem(rsi, rax, 4, 64).bcst(32))),
+        ("vfmadd231ps", (zmm1, zmm2, (m + 4).bcst(32))),
+        ("vfmadd231ps", (zmm1, zmm2, (m + -128).bcst(32))),
+        ("vfmadd231ps", (Vec(1, 512), zmm2, m.bcst(32))),
+        ("vfmadd231ps", (zmm1.masked(k1), zmm2, m.bcst(32))),
+        ("vfmadd231ps", (ymm1, ymm2, m)),
+        ("vfmadd231ps", (ymm1, ymm2, Mem(rdi, rax, 2.0, 64))),
+        ("vmovups", (m.masked(k1), zmm0)),
+        ("vmovups", (m.masked(k2), zmm0)),
+        ("vmovups", (m, zmm0)),
+        ("vmovups", (m.with_bits(512), zmm0)),
+        ("vmovups", (ymm3, m)),
+        ("vmaskmovps", (m, ymm1, ymm2)),
+        ("add", (rax, 8)), ("add", (rax, 200)), ("add", (rcx, 8)), ("add", (Mem(rsp, disp=8, bits=64), 8)),
+        ("imul", (rax, Mem(rdi, disp=8), 3)), ("imul", (rax, Mem(rdi, disp=16), 3)),
+        ("inc", (Mem(rdi, disp=8, bits=64),)), ("push", (rbx,)), ("vzeroupper", ()),
+    ]
+    asm = Assembler()
+    want = b""
+    for _ in range(3):                      # the first round encodes, later ones find what was kept
+        for mnemonic, ops in cases:
+            ops = tuple(dataclasses.replace(o) if isinstance(o, Mem) else o for o in ops)
+            asm.emit(mnemonic, *ops)
+            want += encode(LOOKUP[(mnemonic,) + tuple(_kind(o) for o in ops)], *ops)
+    assert asm.bytes() == want
+    texts = [line[6 + 2 + 36 + 2:] for line in asm.listing().splitlines()]     # offset, bytes, text
+    want_texts = [mn + (" " + ", ".join(map(format_operand, ops)) if ops else "") for mn, ops in cases]
+    assert texts == want_texts * 3
 
 
 def test_code_size():

@@ -7,26 +7,29 @@
     code = asm.bytes()
 
 `emit` computes one operand kind per operand, looks up (mnemonic, kinds...) in a dict built
-at import from the form table, and runs the form's encoder into one bytearray. An
-instruction of a shape it has encoded before (the same interned register objects, e.g. ymm3
-or YMM[3] rather than a new Vec(3, 256); for memory the same base, index, scale, size and
-mask, any displacement) is copied from a template instead: see "Instruction templates".
+at import from the form table, and runs the form's encoder. An instruction it has encoded
+before (the same interned register objects, e.g. ymm3 or YMM[3] rather than a new
+Vec(3, 256); for memory the same fields, displacement included) is taken from what it kept
+instead, and one whose memory operand differs only in its displacement from its memory
+template: see "Kept instructions".
 
-Branches to labels are not written into that bytearray: they are recorded at their position
-and laid out in `bytes()`, first all short (rel8), then lengthening any that do not reach
-until nothing changes (sizes only grow, so this converges; the number of passes is capped
-and the last two layouts are checked to agree, style §8). Rip-relative operands with a label
-(the constant pool) get their disp32 patched after layout.
+Branches to labels get no bytes there: they are recorded at their position and laid out in
+`bytes()`, first all short (rel8), then lengthening any that do not reach until nothing
+changes (sizes only grow, so this converges; the number of passes is capped and the last two
+layouts are checked to agree, style §8). Rip-relative operands with a label (the constant
+pool) get their disp32 patched after layout.
 """
 from __future__ import annotations
 
-import functools
+import itertools
+import operator
 import struct
 
 from ...errors import EncodingError
-from .encode import BASE_NUM, INDEX_NUM, compile_form, put_mem
+from .encode import compile_form, finish_mem
 from .forms import FORMS_BY_MNEMONIC, LOOKUP, MNEMONICS
-from .operands import GPR8, GPR32, GPR64, K, RIP, XMM, YMM, ZMM, Gpr, Label, MaskReg, Mem, Vec
+from .operands import (GPR8, GPR32, GPR64, K, NOT_TEMPLATED, RIP, XMM, YMM, ZMM, Gpr, Label,
+                       MaskReg, Mem, Vec, mem_template_shape)
 
 
 def _table_entry(key: tuple, f) -> tuple:
@@ -45,42 +48,32 @@ def _table_entry(key: tuple, f) -> tuple:
 _TABLE = {key: _table_entry(key, f) for key, f in LOOKUP.items()}
 _table_get = _TABLE.get
 
-# Instruction templates. A code generator emits the same instruction shapes over and over
-# (the same accumulators, the same base and index registers; what changes is the displacement),
-# and an instruction's bytes are a function of its form, its registers, its immediate and, for
-# a memory operand, its base, index, scale, size, broadcast and mask, plus the displacement.
-# So once an instruction has been encoded, what it became is kept under a key made of the
-# mnemonic, the id() of each register and the memory operand's fields other than the
-# displacement. Only the interned register objects of operands.py (rax, ymm3, k1, ...) are
-# keyed by id(): they live as long as the process, so no other object can have their id, and
-# a key holding any other object's id never matches. Key layouts, per table:
-#   _REG_TEMPLATES    (mnemonic, id(op0), ...)                     -> code     0-3 registers
-#   _IMM_TEMPLATES    (mnemonic, id(op0), ..., imm)                -> code     1-2 registers + an int
-#   _LOAD_TEMPLATES   (mnemonic, id(op0), ..., *_mem_key(last op)) -> heads   1-2 registers + memory
-#   _STORE_TEMPLATES  (mnemonic, *_mem_key(op0), id(op1))          -> heads   memory + 1 register
-# where code is (bytes, the first such instruction's operands: the record keeps that tuple
-# instead of the equal new one) and heads is what `put_mem` takes. Everything else (labels,
-# rip-relative memory, masked registers, registers that are not the interned objects, 4
-# operands, memory with an immediate) goes through `_encode` every time. The tables are shared
-# by all assemblers and bounded (cleared when full). Same bytes and same errors either way:
-# a template is only the output of the encoders for an operand shape, split where the
-# displacement goes.
-_REG_TEMPLATES: dict[tuple, tuple] = {}
-_IMM_TEMPLATES: dict[tuple, tuple] = {}
-_LOAD_TEMPLATES: dict[tuple, tuple] = {}
-_STORE_TEMPLATES: dict[tuple, tuple] = {}
+# Kept instructions. A code generator emits the same instructions over and over (the same
+# accumulators, the same base and index registers, often the same displacements), and an
+# instruction's bytes are a function of its mnemonic and its operands' values. So each
+# instruction encoded is kept, as the (bytes, (mnemonic, *operands)) pair the assembler
+# records, under a key of small ints: the mnemonic; per operand its template code (operands.py:
+# each interned register rax, ymm3, k1, ... has its own, other register objects None), its
+# template shape for a Mem, or its value for an immediate; and last a Mem's displacement.
+# `emit` then finds it with one dict lookup and records it with one append. One table per key
+# layout, so that an immediate is never taken for a code:
+#   _KEPT      (mnemonic, code(op0), ...)                     0-3 registers
+#   _KEPT_IMM  (mnemonic, code(op0), ..., imm)                1-2 registers and an int
+#   _KEPT_MEM  (mnemonic, code or shape(op0), ..., disp)      1-2 registers and a Mem, first or last
+# An instruction with a Mem whose displacement is new is made from its memory template, kept
+# in _HEADS under its _KEPT_MEM key without the displacement: the bytes up to the
+# displacement per ModRM.mod (from `compile_form`), which `finish_mem` completes. Everything
+# else (labels, rip-relative memory, masked registers, registers that are not the interned
+# objects, 4 operands, a Mem alone or with an immediate) is encoded every time: no key holding
+# None or NOT_TEMPLATED is kept, so none matches. The tables are shared by all assemblers and bounded
+# (cleared when full). Same bytes and same errors either way: what is kept is only the output
+# of the encoders, split where the displacement goes.
+_KEPT: dict[tuple, tuple] = {}
+_KEPT_IMM: dict[tuple, tuple] = {}
+_KEPT_MEM: dict[tuple, tuple] = {}
+_HEADS: dict[tuple, tuple] = {}
 _TEMPLATE_LIMIT = 1 << 16
-_reg_template = _REG_TEMPLATES.get
-_imm_template = _IMM_TEMPLATES.get
-_load_template = _LOAD_TEMPLATES.get
-_store_template = _STORE_TEMPLATES.get
-_INTERNED_MASKS = frozenset(id(k) for k in K) | {id(None)}
-_pack_disp32 = struct.Struct("<i").pack      # raises struct.error outside -2**31 .. 2**31-1
-
-
-def _mem_key(m: Mem) -> tuple:
-    """The fields of `m` in a template key (emit spells this out inline)."""
-    return id(m.base), id(m.index), m.scale, m.bits, m.broadcast, id(m.mask)
+_code_of = operator.itemgetter(0)       # (bytes, instruction) -> bytes
 
 
 def _remember(table: dict, key: tuple, value) -> None:
@@ -108,8 +101,8 @@ _KIND_TEXT = {"x": "xmm", "y": "ymm", "z": "zmm", "xh": "xmm16-31", "yh": "ymm16
               "xk": "xmm{k}", "yk": "ymm{k}", "zk": "zmm{k}", "m": "mem", "k": "k", "rel": "label",
               "i8": "imm8", "u8": "uimm8", "i32": "imm32", "u32": "uimm32", "i64": "imm64"}
 # Operand kinds of the interned register objects (rax, ymm3, k1, ...), keyed by id(): these
-# objects live as long as the operands module, so their ids are never reused. The hot path
-# looks kinds up here first and computes them only for memory, immediates and masked registers.
+# objects live as long as the operands module, so their ids are never reused. `_encode` looks
+# kinds up here first and computes them only for memory, immediates and other registers.
 _KIND_BY_ID = {id(r): _k for r, _k in
                [(r, {64: "r64", 32: "r32", 16: "r16", 8: "r8"}[r.bits]) for r in GPR64 + GPR32 + GPR8] +
                [(v, ("x" if v.bits == 128 else "y" if v.bits == 256 else "z") + ("h" if v.num >= 16 else ""))
@@ -151,6 +144,19 @@ def _kind(op) -> str:
     return type(op).__name__
 
 
+def _form_key(mnemonic: str, ops: tuple) -> tuple:
+    """(mnemonic, operand kinds...): interned registers' kinds from the dict, others computed
+    (unrolled for the common operand counts: this is on the way of every first encoding)."""
+    if len(ops) == 3:
+        a, b, c = ops
+        return (mnemonic, _kind_by_id(id(a)) or _kind(a), _kind_by_id(id(b)) or _kind(b),
+                _kind_by_id(id(c)) or _kind(c))
+    if len(ops) == 2:
+        a, b = ops
+        return mnemonic, _kind_by_id(id(a)) or _kind(a), _kind_by_id(id(b)) or _kind(b)
+    return (mnemonic, *[_kind_by_id(id(o)) or _kind(o) for o in ops])
+
+
 def _no_form(mnemonic: str, ops: tuple) -> EncodingError:
     kinds = ", ".join(_KIND_TEXT.get(k, k) for k in map(_kind, ops))
     if mnemonic not in MNEMONICS:
@@ -173,12 +179,14 @@ class Assembler:
     """Builds one function's machine code; see the module docstring."""
 
     def __init__(self) -> None:
-        self._buf = bytearray()           # all non-branch bytes, in order
-        # per instruction, its mnemonic and its operands (two appends are the cheapest record: no
-        # tuple to allocate and for the garbage collector to trace). Positions are not kept:
-        # `listing` finds them again by encoding the instructions once more.
-        self._mnemonics: list[str] = []
-        self._operands: list[tuple] = []
+        # per instruction, (its bytes, (mnemonic, *operands)); a branch's bytes are b"" here, as
+        # branches are laid out by `bytes()`. An instruction that was kept (see "Kept
+        # instructions") records the kept pair: one append, nothing to allocate, and the kept
+        # operands are equal to the new ones.
+        self._log: list[tuple[bytes, tuple]] = []
+        # the bytes of the first _joined instructions of the log, joined when a position is needed
+        self._buf = bytearray()
+        self._joined = 0
         self._branches: list[tuple] = []  # (buf position, mnemonic, label)
         self._labels: dict[Label, tuple[int, int]] = {}   # label -> (buf position, branches before)
         self._fixups: list[tuple] = []    # (disp pos, insn end, branches before, label, addend)
@@ -192,153 +200,104 @@ class Assembler:
         """Append one instruction, Intel operand order (destination first)."""
         if vex:
             mnemonic = "{vex} " + mnemonic
-        # A template (see above) if there is one, unrolled by operand count and by where the
-        # memory operand is; the keys are spelled out inline because this is the hot path.
+        # The kept instruction (see "Kept instructions"), by operand count and by where the Mem
+        # is; the keys are spelled out inline because this is the hot path. An operand with no
+        # template code (an int or a str where a register goes) raises AttributeError here, and
+        # the table is set after the key: `_encode` then gets no key and says what is wrong.
         n = len(ops)
-        if n == 3:
-            a, b, m = ops
-            if type(m) is Mem:
-                heads = _load_template((mnemonic, id(a), id(b), id(m.base), id(m.index), m.scale, m.bits,
-                                        m.broadcast, id(m.mask)))
+        table = _KEPT
+        try:
+            if n == 3:
+                a, b, c = ops
+                if type(c) is Mem:
+                    shape = c._template_shape
+                    if shape is None:
+                        shape = mem_template_shape(c)
+                    key = (mnemonic, a._template_code, b._template_code, shape, c.disp)
+                    table = _KEPT_MEM
+                elif type(c) is int:
+                    key = (mnemonic, a._template_code, b._template_code, c)
+                    table = _KEPT_IMM
+                else:
+                    key = (mnemonic, a._template_code, b._template_code, c._template_code)
+            elif n == 2:
+                a, b = ops
+                if type(b) is Mem:
+                    shape = b._template_shape
+                    if shape is None:
+                        shape = mem_template_shape(b)
+                    key = (mnemonic, a._template_code, shape, b.disp)
+                    table = _KEPT_MEM
+                elif type(a) is Mem:
+                    shape = a._template_shape
+                    if shape is None:
+                        shape = mem_template_shape(a)
+                    key = (mnemonic, shape, b._template_code, a.disp)
+                    table = _KEPT_MEM
+                elif type(b) is int:
+                    key = (mnemonic, a._template_code, b)
+                    table = _KEPT_IMM
+                else:
+                    key = (mnemonic, a._template_code, b._template_code)
+            elif n == 1:
+                key = (mnemonic, ops[0]._template_code)
             else:
-                code = _reg_template((mnemonic, id(a), id(b), id(m)))
-                if code is None and type(m) is int:
-                    code = _imm_template((mnemonic, id(a), id(b), m))
-                if code is not None:
-                    self._buf += code[0]
-                    self._mnemonics.append(mnemonic)
-                    self._operands.append(code[1])
-                    return
-                heads = None
-        elif n == 2:
-            a, m = ops
-            if type(m) is Mem:
-                heads = _load_template((mnemonic, id(a), id(m.base), id(m.index), m.scale, m.bits, m.broadcast,
-                                        id(m.mask)))
-            elif type(a) is Mem:
-                heads = _store_template((mnemonic, id(a.base), id(a.index), a.scale, a.bits, a.broadcast,
-                                         id(a.mask), id(m)))
-                m = a
-            else:
-                code = _reg_template((mnemonic, id(a), id(m)))
-                if code is None and type(m) is int:
-                    code = _imm_template((mnemonic, id(a), m))
-                if code is not None:
-                    self._buf += code[0]
-                    self._mnemonics.append(mnemonic)
-                    self._operands.append(code[1])
-                    return
-                heads = None
-        else:
-            if n < 2:
-                code = _reg_template((mnemonic, *map(id, ops)))
-                if code is not None:
-                    self._buf += code[0]
-                    self._mnemonics.append(mnemonic)
-                    self._operands.append(code[1])
-                    return
-            heads = None
-        if heads is None:
-            self._encode(mnemonic, ops)
+                key = (mnemonic,) if n == 0 else None      # no key for 4 operands
+        except AttributeError:
+            key = None
+        kept = table.get(key)
+        if kept is None:
+            self._emit_new(mnemonic, ops, table, key)
             return
-        # a memory template: `put_mem`, inlined
-        h0, h8, h32, n = heads
-        buf = self._buf
-        disp = m.disp
-        if disp == 0 and h0 is not None:
-            buf += h0
-        elif n == 1 and -128 <= disp <= 127:
-            buf += h8
-            buf.append(disp & 0xFF)
-        elif n != 1 and disp % n == 0 and -128 <= disp // n <= 127:
-            buf += h8
-            buf.append((disp // n) & 0xFF)
-        else:
-            try:
-                d = _pack_disp32(disp)
-            except struct.error:                # out of range or not an int: the reference
-                put_mem(buf, heads, m)          # path raises what the encoders raise
-            else:
-                buf += h32
-                buf += d
-        self._mnemonics.append(mnemonic)
-        self._operands.append(ops)
+        self._log.append(kept)
 
-    def _encode(self, mnemonic: str, ops: tuple) -> None:
-        """`emit` without a template: form lookup, encoder, and a new template where one applies."""
-        # kinds: interned registers' from the dict (None for other operands), the rest computed
-        n = len(ops)
-        if n == 3:
-            a, b, c = ops
-            kinds = (_kind_by_id(id(a)), _kind_by_id(id(b)), _kind_by_id(id(c)))
-            key = (mnemonic, kinds[0] or _kind(a), kinds[1] or _kind(b), kinds[2] or _kind(c))
-        elif n == 2:
-            a, b = ops
-            kinds = (_kind_by_id(id(a)), _kind_by_id(id(b)))
-            key = (mnemonic, kinds[0] or _kind(a), kinds[1] or _kind(b))
-        elif n == 1:
-            a = ops[0]
-            kinds = (_kind_by_id(id(a)),)
-            key = (mnemonic, kinds[0] or _kind(a))
-        else:
-            kinds = tuple(_kind_by_id(id(o)) for o in ops)
-            key = (mnemonic, *[k or _kind(o) for k, o in zip(kinds, ops)])
-        entry = _table_get(key)
+    def _emit_new(self, mnemonic: str, ops: tuple, table: dict, key: tuple | None) -> None:
+        """`emit` for an instruction not found in `table` under `key` (None: it has no key): made
+        from its memory template if it has one (and then kept), else encoded."""
+        heads = _HEADS.get(key[:-1]) if table is _KEPT_MEM else None
+        if heads is None:
+            self._encode(mnemonic, ops, table, key)
+            return
+        m = ops[-1] if type(ops[-1]) is Mem else ops[0]          # a load's Mem, or a store's
+        kept = (finish_mem(heads, m), (mnemonic, *ops))
+        _remember(_KEPT_MEM, key, kept)
+        self._log.append(kept)
+
+    def _encode(self, mnemonic: str, ops: tuple, table: dict, key: tuple | None) -> None:
+        """Form lookup and encoder; the result is kept in `table` under `key` when that names the
+        instruction (see "Kept instructions"), with its memory template if it has a Mem."""
+        entry = _table_get(_form_key(mnemonic, ops))
         if entry is None:
             raise _no_form(mnemonic, ops)
-        enc, f, heads, rm = entry
-        buf = self._buf
-        start = len(buf)
+        enc, f, heads, _ = entry
         if enc is None:
-            self._branches.append((start, mnemonic, ops[0]))
-            self._mnemonics.append(mnemonic)
-            self._operands.append(ops)
+            self._branches.append((self._position(), mnemonic, ops[0]))
+            self._log.append((b"", (mnemonic, *ops)))
             return
-        try:
-            fix = enc(buf, ops)
-        except EncodingError:
-            del buf[start:]
-            raise
-        self._mnemonics.append(mnemonic)
-        self._operands.append(ops)
+        buf = bytearray()
+        fix = enc(buf, ops)
+        done = (bytes(buf), (mnemonic, *ops))
+        self._log.append(done)
         if fix is not None:
-            end = len(buf)
+            end = self._position()
             self._fixups.append((end - f.imm - 4, end, len(self._branches), fix.label, fix.disp))
-            return
-        # a new template, when every operand but at most one (an int, or the memory operand) is an
-        # interned register: see the key layouts above
-        other = kinds.count(None)
-        if n > 3 or other > 1:
-            return
-        if other == 0:
-            _remember(_REG_TEMPLATES, (mnemonic, *map(id, ops)), (bytes(buf[start:]), ops))
-        elif n < 2:
-            return
-        elif kinds[-1] is None and type(ops[-1]) is int:
-            _remember(_IMM_TEMPLATES, (mnemonic, *map(id, ops[:-1]), ops[-1]), (bytes(buf[start:]), ops))
-        elif heads is not None and kinds[rm] is None and not f.imm:
-            m = ops[rm]
-            if (type(m) is Mem and id(m.base) in BASE_NUM and id(m.index) in INDEX_NUM
-                    and id(m.mask) in _INTERNED_MASKS):
+        elif key is not None and None not in key and NOT_TEMPLATED not in key:
+            _remember(table, key, done)
+            if table is _KEPT_MEM and heads is not None and not f.imm:
                 parts = heads(ops)           # None where only the generic encoder applies
-                if parts is not None and rm == n - 1:
-                    _remember(_LOAD_TEMPLATES, (mnemonic, *map(id, ops[:-1]), *_mem_key(m)), parts)
-                elif parts is not None and rm == 0 and n == 2:
-                    _remember(_STORE_TEMPLATES, (mnemonic, *_mem_key(m), id(ops[1])), parts)
+                if parts is not None:
+                    _remember(_HEADS, key[:-1], parts)
 
-    def __getattr__(self, name: str):
-        # asm.vaddps(...) == asm.emit("vaddps", ...); Python keywords take a trailing "_" (asm.and_)
-        if name.startswith("_"):
-            raise AttributeError(name)
-        mnemonic = name[:-1] if name.endswith("_") else name
-        if mnemonic not in MNEMONICS:
-            raise AttributeError(f"{type(self).__name__!r} has no attribute or mnemonic {name!r}")
-        fn = functools.partial(self.emit, mnemonic)
-        self.__dict__[name] = fn          # cached: later calls skip __getattr__
-        return fn
+    def _position(self) -> int:
+        """The position after the last instruction in the branch-free bytes (`_buf`, brought up
+        to date here)."""
+        if self._joined < len(self._log):
+            self._buf += b"".join(map(_code_of, self._log[self._joined:]))
+            self._joined = len(self._log)
+        return len(self._buf)
 
     def __len__(self) -> int:
-        return len(self._mnemonics)
+        return len(self._log)
 
     # --- labels ----------------------------------------------------------------------------
 
@@ -351,7 +310,7 @@ class Assembler:
         """Bind `label` to the current position."""
         if label in self._labels:
             raise EncodingError(f"label {label.name!r} is bound twice")
-        self._labels[label] = (len(self._buf), len(self._branches))
+        self._labels[label] = (self._position(), len(self._branches))
 
     # --- constants -------------------------------------------------------------------------
 
@@ -422,6 +381,7 @@ class Assembler:
         sizes = self._layout()
         shift = self._prefix(sizes)
         labels = self._labels
+        self._position()                  # _buf: every instruction's bytes
         buf = self._buf
         out = bytearray()
         prev = 0
@@ -460,12 +420,12 @@ class Assembler:
     def code_size(self) -> int:
         """Bytes of instructions at the start of `bytes()`: the offset where the int3 padding before
         the constant pool (or the end of the code) begins, with branches relaxed as `bytes()` does."""
-        return len(self._buf) + sum(self._layout())
+        return self._position() + sum(self._layout())
 
     def listing(self) -> str:
         """One line per instruction: `offset  hex bytes  intel syntax`, then the constant pool."""
         code, shift = self._assemble()
-        insns = list(zip(self._mnemonics, self._operands))
+        insns = [(insn[0], insn[1:]) for _, insn in self._log]
         starts = []
         nb = 0
         for pos, (mn, ops) in zip(self._positions(), insns):
@@ -489,12 +449,23 @@ class Assembler:
         return "\n".join(lines)
 
     def _positions(self) -> list[int]:
-        """Where each instruction starts in the branch-free buffer, found by encoding them again
-        (into a scratch assembler: same encoders, same lengths; a branch adds no bytes there)."""
-        scratch = Assembler()
-        out = []
-        for mn, ops in zip(self._mnemonics, self._operands):
-            out.append(len(scratch._buf))
-            scratch.emit(mn, *ops)
-        assert scratch._buf == self._buf
-        return out
+        """Where each instruction starts in the branch-free buffer (a branch adds no bytes there)."""
+        return list(itertools.accumulate((len(code) for code, _ in self._log[:-1]), initial=0))
+
+
+def _mnemonic_method(mnemonic: str):
+    def method(self, *ops, vex: bool = False) -> None:
+        self.emit(mnemonic, *ops, vex=vex)
+    method.__name__ = method.__qualname__ = mnemonic
+    method.__doc__ = f"emit({mnemonic!r}, *operands)"
+    return method
+
+
+# The mnemonics as methods: asm.vaddps(...) == asm.emit("vaddps", ...), and a trailing "_" is
+# accepted, for the mnemonics that are Python keywords (asm.and_). Methods set on the class, not
+# a __getattr__ hook: with one, every attribute read on an assembler (`emit`'s own self._log,
+# a caller's asm.emit) takes the interpreter's slow unspecialised path.
+for _mnemonic in MNEMONICS:
+    for _name in (_mnemonic, _mnemonic + "_"):
+        if not hasattr(Assembler, _name):
+            setattr(Assembler, _name, _mnemonic_method(_mnemonic))

@@ -421,7 +421,7 @@ def _mem_heads(pre: bytes, reg3: int, lo: int, xi: int, m: Mem, n: int) -> tuple
     `pre` is everything before ModRM (prefixes, opcode), `reg3` ModRM.reg already shifted into
     place, `lo` the low bits of the base register, `xi` the index register number (4 = none),
     `n` the disp8*N scale. Returns (mod 00 head or None for rbp/r13 bases, mod 01 head, mod 10
-    head, n) for `put_mem`; the choices and errors are those of `modrm_mem`.
+    head, n) for `finish_mem`; the choices and errors are those of `modrm_mem`.
     """
     if xi == 4:
         if lo == 4:                                   # rsp/r12 base: SIB with no index
@@ -461,26 +461,21 @@ def _mem_tail(buf: bytearray, reg3: int, lo: int, xi: int, m: Mem, n: int) -> No
         _disp32(buf, disp, m)
 
 
-def put_mem(buf: bytearray, heads: tuple, m: Mem) -> None:
-    """Append the head from `_mem_heads` that the displacement of `m` needs, then the displacement."""
+def finish_mem(heads: tuple, m: Mem) -> bytes:
+    """An instruction's bytes: the head from `_mem_heads` that the displacement of `m` needs,
+    then the displacement."""
     h0, h8, h32, n = heads
     disp = m.disp
     if disp == 0 and h0 is not None:
-        buf += h0
-        return
+        return h0
     if n == 1:
         if -128 <= disp <= 127:
-            buf += h8
-            buf.append(disp & 0xFF)
-            return
+            return h8 + bytes((disp & 0xFF,))
     elif disp % n == 0 and -128 <= disp // n <= 127:     # EVEX compressed disp8*N
-        buf += h8
-        buf.append((disp // n) & 0xFF)
-        return
+        return h8 + bytes(((disp // n) & 0xFF,))
     if not -0x80000000 <= disp <= 0x7FFFFFFF:
         raise EncodingError(f"displacement does not fit in 32 bits: {m}")
-    buf += h32
-    buf += (disp & 0xFFFFFFFF).to_bytes(4, "little")
+    return h32 + (disp & 0xFFFFFFFF).to_bytes(4, "little")
 
 
 def _generic(f: Form):

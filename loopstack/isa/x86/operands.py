@@ -15,6 +15,8 @@ class Gpr:
     num: int
     bits: int = 64
 
+    _template_code = None           # not a field: see "Template codes" below
+
     @property
     def name(self) -> str:
         return _GPR_NAMES[self.bits][self.num]
@@ -48,6 +50,8 @@ class Vec:
     bits: int
     mask: "MaskReg | None" = None
     zeroing: bool = False
+
+    _template_code = None           # not a field: see "Template codes" below
 
     @property
     def name(self) -> str:
@@ -83,6 +87,8 @@ class MaskReg:
 
     num: int
 
+    _template_code = None           # not a field: see "Template codes" below
+
     @property
     def name(self) -> str:
         return f"k{self.num}"
@@ -92,6 +98,9 @@ class MaskReg:
 
 
 RIP = "rip"
+
+
+_set_attribute = object.__setattr__      # sets what is not a field, past a frozen dataclass's __setattr__
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,11 @@ class Mem:
     broadcast: bool = False
     label: "Label | None" = None    # with base=RIP: address of this label + disp
     mask: "MaskReg | None" = None   # AVX-512 masked store destination `[mem]{k}`
+
+    # not fields, see "Template codes" below: a Mem is no register, and its shape is None until
+    # `mem_template_shape` computes it and keeps it on the object
+    _template_code = None
+    _template_shape = None
 
     def with_bits(self, bits: int) -> "Mem":
         return Mem(self.base, self.index, self.scale, self.disp, bits, self.broadcast, self.label, self.mask)
@@ -153,6 +167,7 @@ class Label:
     """A position in the code, bound once by `Assembler.bind`. Compared by identity."""
 
     __slots__ = ("name", "offset")
+    _template_code = None           # no register: see "Template codes" below
 
     def __init__(self, name: str):
         self.name = name
@@ -180,6 +195,71 @@ ZMM = tuple(Vec(i, 512) for i in range(32))
 K = tuple(MaskReg(i) for i in range(8))
 
 globals().update({r.name: r for r in GPR32 + GPR8 + XMM + YMM + ZMM + K})
+
+# Template codes. The assembler keeps the bytes of instructions it has encoded under keys made
+# of the mnemonic and one small int per operand (small ints hash and compare fastest):
+#   - Each register object above (rax, eax, al, xmm3, ymm3, zmm3, k1, ...) has its own template
+#     code, 1 to 152, set once here. Other register objects, e.g. Vec(3, 256) or
+#     zmm1.masked(k1), keep the class value None, and an instruction with one of those is
+#     encoded in full every time.
+#   - A Mem's template shape packs its base, index, scale, size, broadcast and mask into
+#     _SHAPE_BITS bits, the top one set so that no shape is a register code; the assembler puts
+#     the displacement next to it. A Mem with a field outside the values numbered here (a rip
+#     base, a register that is not one of the objects above, a displacement that is no int,
+#     ...) has NOT_TEMPLATED. `mem_template_shape` computes it at a Mem's first emit and keeps
+#     it on the object, so a Mem emitted again costs one attribute read.
+# Both stand for the operand's value, not for the object, so a copy (pickled, say) may keep them.
+for _code, _reg in enumerate(GPR64 + GPR32 + GPR8 + XMM + YMM + ZMM + K, start=1):
+    _set_attribute(_reg, "_template_code", _code)
+
+NOT_TEMPLATED = "not templated"         # a str: it pickles as itself and is no register code
+_SHAPE_BITS = 19
+# each field's values, already shifted into place; the top bit of the shape is the tag
+_BASE_FIELD = {id(r): r.num for r in GPR64}                                        # bits 0-3
+_INDEX_FIELD = {id(r): r.num << 4 for r in GPR64 if r.num != 4} | {id(None): 4 << 4}  # bits 4-7 (4: none)
+_SCALE_FIELD = {1: 0 << 8, 2: 1 << 8, 4: 2 << 8, 8: 3 << 8}                        # bits 8-9
+_BITS_FIELD = {b: i << 10 for i, b in enumerate((None, 8, 16, 32, 64, 128, 256, 512))}  # bits 10-12
+_BROADCAST_BIT = 1 << 13
+_MASK_FIELD = {id(k): (k.num + 1) << 14 for k in K} | {id(None): 0}                # bits 14-17 (0: none)
+_SHAPE_TAG = 1 << (_SHAPE_BITS - 1)
+# (id(base), id(index), scale, bits, broadcast, id(mask)) -> shape or NOT_TEMPLATED, for the
+# fields of Mems met before. Only the interned registers and None give a shape, and they live
+# as long as the process; so an id here that is not one of theirs belonged to an object that
+# gave NOT_TEMPLATED, and any later object with that id gives NOT_TEMPLATED too: the entry
+# stays right after its object is gone. Bounded: cleared when full.
+_SHAPES: dict[tuple, int | str] = {}
+
+
+def mem_template_shape(m: Mem) -> int | str:
+    """The template shape of `m` (see "Template codes"), computed at the first call and kept on
+    `m` (a frozen Mem never changes), where `m._template_shape` then finds it."""
+    shape = m._template_shape
+    if shape is not None:
+        return shape
+    shape = _SHAPES.get((id(m.base), id(m.index), m.scale, m.bits, m.broadcast, id(m.mask)))
+    if shape is None:
+        shape = _shape_from_fields(m)
+    # numbers of type int only: the displacement is a dict key next to the shape, and 2.0 or
+    # True would find the entries of 2 and 1, while they print differently
+    if type(m.disp) is not int or type(m.scale) is not int or not (m.bits is None or type(m.bits) is int):
+        shape = NOT_TEMPLATED
+    _set_attribute(m, "_template_shape", shape)     # an instance attribute: as fast as a field
+    return shape
+
+
+def _shape_from_fields(m: Mem) -> int | str:
+    """The shape of `m` from its fields, remembered in _SHAPES."""
+    base, index, scale = _BASE_FIELD.get(id(m.base)), _INDEX_FIELD.get(id(m.index)), _SCALE_FIELD.get(m.scale)
+    bits, mask = _BITS_FIELD.get(m.bits), _MASK_FIELD.get(id(m.mask))
+    if None in (base, index, scale, bits, mask):
+        shape = NOT_TEMPLATED
+    else:
+        shape = _SHAPE_TAG | base | index | scale | bits | mask | (_BROADCAST_BIT if m.broadcast else 0)
+    if len(_SHAPES) >= 1 << 16:
+        _SHAPES.clear()
+    _SHAPES[id(m.base), id(m.index), m.scale, m.bits, m.broadcast, id(m.mask)] = shape
+    return shape
+
 
 # System V AMD64 calling convention
 ARG_REGS = (rdi, rsi, rdx, rcx, r8, r9)
