@@ -5,29 +5,31 @@ convolution, linear layers), the generator picks
 
 * a **register block**: `mr` rows of the output variable just outside the unit-stride one times
   `nv` vectors of the unit-stride one (the vectorised loop), from an issue model of the target:
-  per reduction step a block issues `mr*nv` FMAs and `mr + nv` loads (a broadcast per row, a
-  vector per column; a depthwise block, which has no reuse, loads one vector per FMA), each
-  accumulator chain takes `fma_latency` cycles per step and `fma_units` FMAs issue per cycle. The
-  block must leave room in the register file for its operands (`mr*nv + nv + 1 <= registers`,
-  at most 13 accumulators on a 16-register file). Row tails (`extent % mr`) are costed as a
-  smaller block, so 7- and 14-wide outputs pick blocks that divide them when that pays.
-  (Goto & van de Geijn / Smith: the micro-kernel is the largest block the registers hold whose
-  loads the FMAs hide.)
-* **cache tiles**: the slice of the reduced operand that one output block walks (`kc x nv*lanes`
-  for matmul, `R*S*C_tile x k_block` for convolution — the slicing analysis of paper 004 §4.1)
-  must stay in half of L1 while the rows stream; when it does not, the innermost reduced
-  variable (k for matmul, input channels for convolution) is tiled outside the rows and the
-  accumulators are re-loaded once per tile. The unit-stride output variable is tiled so that the
-  reduced operand's panel for one tile fits half of L2.
+  per reduction step a block issues `mr*nv` FMAs and loads a broadcast per row and a vector per
+  column (a depthwise block, which has no reuse, loads one vector per FMA); `fma_units` FMAs
+  issue per cycle and each accumulator chain takes `fma_latency` cycles per step. A dense block
+  takes at most the accumulators the backend allows (12 of 16 AVX2 registers); columns that find
+  no register beside them and the broadcast are re-read by every further row, and a block with
+  fewer chains than the latency needs gets a second accumulator set from the backend. Row and
+  vector tails are costed as smaller blocks (a vector tail narrower than half a block as half a
+  block), so 7- and 14-wide outputs pick blocks that divide them when that pays. (Goto & van de
+  Geijn / Smith: the micro-kernel is the largest block the registers hold whose loads the FMAs
+  hide.)
+* **cache tiles**: the slice of the reduced operand that one output block walks must stay close
+  while the rows stream. Matmul: the `kc x nv*lanes` panel of B in half of L1, else k is tiled;
+  B is packed per panel when it does not sit in L1. Direct convolution (the slicing analysis of
+  paper 004 §4.1): the weights are packed per vector panel, and the input channels are tiled
+  only when the packed panel `R*S*C x nv*lanes` can neither stream from L2 (it fits the L2 share
+  and the block reads it no faster than L2 delivers) nor stay in L1; then the channel tile is
+  the largest whose weight tile stays in L1, and the block and the tile are chosen together.
 
-Loop order (outer to inner): unit-stride tile, reduction tile, the other output variables, row
-blocks, vector blocks, the reduction loops, the row block, the vector block:
+Loop order (outer to inner):
 
-    matmul  n(nb) m(mr) k m(1) n(1)                         6 x 16 block on AVX2
-    conv    k(kb) c(cb) oh ow(owb) r s c ow(1) k(1)          NHWC
-    dwconv  c(cb) oh ow(owb) r s ow(1) c(1)                  input in L2
-            oh c(cb) ow(owb) r s ow(1) c(1)                  larger input: each input row
-                                                             band read once for all channels
+    matmul  n(nb) [k(kc)] m(mr) k m(1) n(1)                 6 x 16 block on AVX2
+    conv    [c(ct)] k(kb) oh ow(owb) r s c ow(1) k(1)       NHWC, W packed per (c, k) tile
+    dwconv  c(cb) oh ow(owb) r s ow(1) c(1)                 input in L2
+            oh c(cb) ow(owb) r s ow(1) c(1)                 larger input: each band of input
+                                                            rows read once for all channels
 
 Element-wise consumers (bias, ReLU, the write) take the same order without the reduction loops,
 so they fuse into the store of the output block.
@@ -47,6 +49,11 @@ _LINE = 64
 _MAX_ACC = 13           # the x86 backend keeps at most this many accumulators of an FMA block
 _PACK_MIN_ROWS = 8      # pack B panels when at least this many output rows sweep each one
 _PACK_PANEL = 64 << 10  # the largest packed panel (bytes) left untiled along k
+_LOAD_PORTS = 2         # vector loads issued per cycle
+_L1_SHARE = 7 / 8       # of L1 a stationary weight tile may fill (the input rows take the rest)
+_L2_SHARE = 1 / 4       # of L2 a weight tile streamed from L2 may fill (input and output share it)
+_L2_STREAM = 24         # bytes per cycle a block may stream from L2 (of the 32 the L2 -> L1 path moves)
+_TILING_COST = 0.03     # modelled efficiency a convolution loses by tiling its input channels
 
 
 def _target(target):
@@ -68,38 +75,93 @@ class BlockChoice:
     efficiency: float
 
 
+def dense_block_limit(tgt) -> int:
+    """Accumulators of a dense block: what the x86 backend leaves after reserving registers to
+    evaluate the statement (3, and an AVX2 tail mask)."""
+    reserve = 3 + (1 if tgt.vector_bits != 512 else 0)
+    return min(_MAX_ACC, tgt.vector_registers - reserve)
+
+
+def _dense_loads(mr, nv, tgt):
+    """Loads per reduction step of a dense block: a broadcast per row and a vector per column;
+    columns that find no register beside the accumulators and the broadcast are re-read (as FMA
+    memory operands) by every further row."""
+    held = max(0, min(nv, tgt.vector_registers - mr * nv - 1))
+    return mr + nv + (mr - 1) * (nv - held)
+
+
+def _accumulator_sets(fmas, tgt, depthwise):
+    """1, or 2 where the backend gives a dense block with fewer chains than the FMA latency
+    needs a second accumulator set (alternate steps update it; its loop runs step pairs)."""
+    if not depthwise and fmas < tgt.accumulators and 2 * fmas <= dense_block_limit(tgt):
+        return 2
+    return 1
+
+
 def _block_cycles(mr, nv, tgt, depthwise):
     fmas = mr * nv
-    loads = mr * nv + nv if depthwise else mr + nv
-    load_ports = 2
-    # + one cycle a step for the loop and address arithmetic of the block
-    return max(fmas / tgt.fma_units, tgt.fma_latency, loads / load_ports) + 1
+    loads = mr * nv + nv if depthwise else _dense_loads(mr, nv, tgt)
+    sets = _accumulator_sets(fmas, tgt, depthwise)
+    latency = tgt.fma_latency / sets
+    # + one cycle per trip of the innermost loop for its counter and address arithmetic
+    return max(fmas / tgt.fma_units, latency, loads / _LOAD_PORTS) + 1 / sets
 
 
-def choose_block(row_extent: int, vec_vectors: int, tgt, depthwise=False) -> BlockChoice:
-    """The (mr, nv) block of best modelled efficiency over the whole output (tails included)."""
-    regs = tgt.vector_registers
-    best = None
-    for nv in range(1, min(vec_vectors, regs) + 1):
+def _fits(mr, nv, tgt, depthwise):
+    acc = mr * nv
+    if depthwise:
+        regs = tgt.vector_registers
+        return acc <= min(_MAX_ACC, regs - 3) and acc + nv + 1 <= regs
+    return acc <= dense_block_limit(tgt)
+
+
+def _output_cycles(mr, nv, row_extent, vec_vectors, tgt, depthwise):
+    """Modelled cycles per reduction step of the whole output in (mr, nv) blocks, tails included.
+
+    A dense vector tail narrower than half the block costs what half a block does: its panel
+    pass re-reads the input rows and re-stages the weights like a full one (measured: a one-vector
+    tail costs 3-4 % of a convolution whatever its share of the work)."""
+    cycles = 0.0
+    for extent_r, count_r in ((mr, row_extent // mr), (row_extent % mr, 1)):
+        if not extent_r or not count_r:
+            continue
+        for extent_v, count_v in ((nv, vec_vectors // nv), (vec_vectors % nv, 1)):
+            if not extent_v or not count_v:
+                continue
+            if not depthwise and extent_v < nv:
+                extent_v = max(extent_v, -(-nv // 2))
+            cycles += count_r * count_v * _block_cycles(extent_r, extent_v, tgt, depthwise)
+    return cycles
+
+
+def rank_blocks(row_extent: int, vec_vectors: int, tgt, depthwise=False, packed=False) -> list:
+    """Every (mr, nv) block that fits, best first: modelled efficiency over the whole output, then
+    more accumulators, then (dense) fewer loads per FMA, then wider.
+
+    `packed`: the reduced operand is staged in panels of the block's width, so a block whose
+    width is not a whole number of cache lines does not split lines."""
+    ranked = []
+    for nv in range(1, min(vec_vectors, tgt.vector_registers) + 1):
         for mr in range(1, max(1, row_extent) + 1):
-            acc = mr * nv
-            if acc > min(_MAX_ACC, regs - 3) or acc + nv + 1 > regs:
+            if not _fits(mr, nv, tgt, depthwise):
                 break
-            cycles = 0.0
-            for extent_r, count_r in ((mr, row_extent // mr), (row_extent % mr, 1)):
-                if not extent_r or not count_r:
-                    continue
-                for extent_v, count_v in ((nv, vec_vectors // nv), (vec_vectors % nv, 1)):
-                    if not extent_v or not count_v:
-                        continue
-                    cycles += count_r * count_v * _block_cycles(extent_r, extent_v, tgt, depthwise)
+            cycles = _output_cycles(mr, nv, row_extent, vec_vectors, tgt, depthwise)
             eff = row_extent * vec_vectors / tgt.fma_units / cycles
-            if (nv * tgt.lanes() * _BYTES) % _LINE and (vec_vectors * tgt.lanes() * _BYTES) % _LINE == 0:
+            straddles = (nv * tgt.lanes() * _BYTES) % _LINE and (vec_vectors * tgt.lanes() * _BYTES) % _LINE == 0
+            if straddles and not packed:
                 eff *= 0.85     # vector blocks that straddle cache lines split their loads
-            key = (round(eff, 3), mr * nv, nv)
-            if best is None or key > best[0]:
-                best = (key, BlockChoice(None, mr, nv, eff))
-    return best[1]
+            if depthwise:
+                key = (round(eff, 3), mr * nv, nv)
+            else:
+                key = (round(eff, 3), mr * nv, -_dense_loads(mr, nv, tgt) / (mr * nv), nv)
+            ranked.append((key, BlockChoice(None, mr, nv, eff)))
+    ranked.sort(key=lambda kb: kb[0], reverse=True)
+    return [b for _, b in ranked]
+
+
+def choose_block(row_extent: int, vec_vectors: int, tgt, depthwise=False, packed=False) -> BlockChoice:
+    """The (mr, nv) block of best modelled efficiency over the whole output (tails included)."""
+    return rank_blocks(row_extent, vec_vectors, tgt, depthwise, packed)[0]
 
 
 def _entries(var, extent, step):
@@ -143,10 +205,14 @@ def plan(graph, node, tgt) -> Plan:
     if mult is not None:
         ins = list(mult.inputs)
         depthwise = all(vec in _read_vars(graph, i) for i in ins) and len(ins) >= 2
+    if len(red) > 1 and row and not depthwise:
+        weights = _packable_weights(graph, mult, red, vec, out, tgt)
+        if weights is not None:
+            return _direct_conv_plan(graph, node, tgt, red, weights)
     rext = size(row) if row else 1
     blk = choose_block(rext, nvec_total, tgt, depthwise)
     blk = replace(blk, row=row)
-    vb = blk.nv * lanes
+    vb = min(blk.nv * lanes, size(vec))     # a block as wide as a short vector extent takes all of it
     mr = blk.mr
 
     # cache tiles (slicing analysis): the reduced operand's slice one block walks
@@ -220,6 +286,80 @@ def plan(graph, node, tgt) -> Plan:
     order = _clean(order, graph, node)
     out_order = tuple(e for e in order if e[0] not in red)
     return Plan(tuple(order), _clean(list(out_order), graph, node, out), blk, vec, reduce_tile, vec_tile, pack)
+
+
+def _packable_weights(graph, mult, red, vec, out, tgt):
+    """The input of the multiply indexed by exactly the reduced variables and `vec` (a direct
+    convolution's weights W[r, s, c, k]), when staging it per vector panel pays: it does not sit
+    in L1 anyway and enough output rows sweep each panel; else None."""
+    size = graph.size
+    if mult is None:
+        return None
+    found = [i for i, x in enumerate(mult.inputs) if _read_vars(graph, x) == set(red) | {vec}]
+    rows = 1
+    for v in out[:-1]:
+        rows *= size(v)
+    weight_bytes = size(vec) * _BYTES
+    for v in red:
+        weight_bytes *= size(v)
+    if not found or rows < _PACK_MIN_ROWS or weight_bytes <= tgt.l1d // 2:
+        return None
+    return found[0]
+
+
+def _channel_tile(channels, taps, blk, tgt) -> int:
+    """Input channels per weight tile (paper 004 §4.1, Nc): all of them when the block's packed
+    weight panel (taps x channels x block width) can stream from L2 -- it fits the L2 share and
+    the block consumes it no faster than L2 delivers -- otherwise the largest divisor whose tile
+    stays in L1 while the output rows sweep it."""
+    lanes = tgt.lanes()
+    width = blk.nv * lanes * _BYTES          # weight bytes one reduction step of the block reads
+    step = _block_cycles(blk.mr, blk.nv, tgt, False)
+    if taps * channels * width <= tgt.l2 * _L2_SHARE and width <= _L2_STREAM * step:
+        return channels
+    fit = max(1, int(tgt.l1d * _L1_SHARE) // (taps * width))
+    return _divisor_at_most(channels, fit, lanes if channels % lanes == 0 and fit >= lanes else 1)
+
+
+def _direct_conv_plan(graph, node, tgt, red, weights) -> Plan:
+    """Direct convolution (paper 004 §4): the weights packed per vector panel and channel tile,
+    the block and the channel tile chosen together (tiling the channels costs _TILING_COST of the
+    modelled efficiency: the accumulators are re-loaded once per tile and the output is zeroed
+    in a pass of its own). Order: channel tiles, vector panels, the other output variables, row
+    blocks, the taps and channels of a tile, the block:
+
+        c(ct) k(vb) oh ow(mr) r s c ow(1) k(1)
+    """
+    size = graph.size
+    out = tuple(node.vars)
+    vec, row = out[-1], out[-2]
+    lanes = tgt.lanes()
+    channels = red[-1]
+    taps = 1
+    for v in red[:-1]:
+        taps *= size(v)
+    best = None
+    for blk in rank_blocks(size(row), -(-size(vec) // lanes), tgt, packed=True):
+        ct = _channel_tile(size(channels), taps, blk, tgt)
+        score = round(blk.efficiency * (1 - _TILING_COST if ct < size(channels) else 1), 3)
+        if best is None or score > best[0]:
+            best = (score, replace(blk, row=row), ct)
+    _, blk, ct = best
+    vb = min(blk.nv * lanes, size(vec))
+    order = []
+    if ct < size(channels):
+        order.append(_entries(channels, size(channels), ct))
+    order.append(_entries(vec, size(vec), vb))
+    order += [(v, size(v), 0) for v in out[:-2]]
+    order.append(_entries(row, size(row), blk.mr))
+    order += [(v, ct if v == channels else size(v), 0) for v in red]
+    if blk.mr > 1:
+        order.append((row, blk.mr, 0))
+    order.append((vec, vb, 0))
+    order = _clean(order, graph, node)
+    out_order = tuple(e for e in order if e[0] not in red)
+    tile = (channels, ct) if ct < size(channels) else None
+    return Plan(order, _clean(list(out_order), graph, node, out), blk, vec, tile, None, weights)
 
 
 def _clean(order, graph, node, dom=None):

@@ -1,5 +1,6 @@
 """The x86 code generator feature by feature: register blocks, tails, math, parallel loops,
 float16 storage, annotations, argument checks, AVX-512 emission."""
+import dataclasses
 import re
 
 import numpy as np
@@ -10,6 +11,7 @@ from strategies import random_case
 from loopstack.backend import compile
 from loopstack.backend.kernel_base import empty_aligned
 from loopstack.backend.x86.compile import emit_x86
+from loopstack.backend.x86.nest import UNROLL_REDUCTION
 from loopstack.errors import ArgumentError, ScheduleError, UnsupportedError
 from loopstack.isa import cpu
 from loopstack.isa.target import get_target
@@ -49,7 +51,8 @@ def test_6x16_block_keeps_twelve_accumulators_in_registers():
     kernel = compile(matmul_tree(96, 96, 96, BLOCK_6x16))
     body = _loop_body(kernel.asm(), "k0_top:")
     fmas = [line for line in body if "vfmadd231ps" in line]
-    assert len(fmas) == 12                                     # 6 rows x 2 vectors of 8
+    assert len(fmas) == 12 * UNROLL_REDUCTION                  # 6 rows x 2 vectors of 8 per k step
+    assert len({re.search(r"vfmadd231ps (ymm\d+)", f).group(1) for f in fmas}) == 12
     stores = [line for line in body if re.search(r"vmovups \w+ ptr \[", line)]
     assert stores == []                                         # C is stored once, after the k loop
     assert not any("rsp" in line for line in body)              # nothing spilled to the stack
@@ -88,6 +91,140 @@ def test_bias_and_post_ops_are_fused_into_the_block_store():
     np.testing.assert_allclose(kernel.run(A, B, bias)[0], np.maximum(A @ B + bias, 0), rtol=1e-4, atol=1e-4)
     body = _loop_body(kernel.asm(), "k0_top:")
     assert not any("vmaxps" in line for line in body)          # relu after the reduction, not inside
+
+
+def _accumulators(lines: list[str]) -> set[str]:
+    return {re.search(r"vfmadd231ps (ymm\d+)", line).group(1) for line in lines if "vfmadd231ps" in line}
+
+
+def _loop_bodies(listing: str, label: str) -> list[list[str]]:
+    """The body of every loop labelled `label` (a label repeats in specialised tails)."""
+    lines = listing.splitlines()
+    bodies = []
+    for start, line in enumerate(lines):
+        if line.startswith(label):
+            end = next(i for i in range(start, len(lines)) if re.search(rf"\bjne {label[:-1]}\b", lines[i]))
+            bodies.append(lines[start + 1:end])
+    return bodies
+
+
+@pytest.mark.parametrize("K", [29, 3, 2])
+def test_small_block_alternates_two_accumulator_sets(K):
+    """A 2 x 16 block has 4 FMA chains, half of what the FMA latency needs: alternate k steps
+    update a second set of 4, added into the first after the loop."""
+    kernel = compile(matmul_tree(2, 16, K, (("n", 16), ("m", 2), ("k", 1), ("m", 1), ("n", 1))))
+    A, B = matmul_args(2, 16, K)
+    np.testing.assert_allclose(kernel.run(A, B)[0], A @ B, rtol=1e-4, atol=1e-4)
+    if K >= 2 * UNROLL_REDUCTION:
+        (body,) = _loop_bodies(kernel.asm(), "k0_top:")
+        assert len(_accumulators(body)) == 8
+        assert "vaddps" in kernel.asm()
+
+
+def test_block_columns_beyond_the_free_registers_are_memory_operands():
+    """A 3 x 32 block: 12 accumulators and a broadcast leave 3 registers for the 4 columns of B.
+    Three columns stay in registers and the fourth is an FMA memory operand of every row:
+    9 loads a k step, not a reload of every column for every row."""
+    kernel = compile(matmul_tree(3, 32, 64, (("n", 32), ("m", 3), ("k", 1), ("m", 1), ("n", 1))))
+    (body,) = _loop_bodies(kernel.asm(), "k0_top:")
+    steps = UNROLL_REDUCTION
+    assert sum("vfmadd231ps" in line for line in body) == 12 * steps
+    assert sum("vbroadcastss" in line for line in body) == 3 * steps
+    assert sum("vmovups" in line for line in body) == 3 * steps
+    assert sum("vfmadd231ps" in line and "ptr" in line for line in body) == 3 * steps
+    A, B = matmul_args(3, 32, 64)
+    np.testing.assert_allclose(kernel.run(A, B)[0], A @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_row_tail_blocks_keep_their_reduction_loop():
+    """7 rows in blocks of 4: the block of 4 and the tail of 3 each run their own k loop (with
+    two accumulator sets). Blocking both row iterations at once would hold idle accumulators
+    and, unrolled for them, unroll the whole k loop too."""
+    kernel = compile(matmul_tree(7, 8, 64, (("n", 8), ("m", 4), ("k", 1), ("m", 1), ("n", 1))))
+    bodies = _loop_bodies(kernel.asm(), "k0_top:")
+    assert [len(_accumulators(b)) for b in bodies] == [8, 6]
+    A, B = matmul_args(7, 8, 64)
+    np.testing.assert_allclose(kernel.run(A, B)[0], A @ B, rtol=1e-4, atol=1e-4)
+
+
+def _conv(h, c, k, order=None, seed=0):
+    """An NHWC 3x3 convolution (pad 1) with the default schedule or `order` and packed weights."""
+    import loopstack as lt
+    from loopstack.frontend.mutate import copy_input
+    from loopstack.tune.defaults import default_schedule
+    from loopstack.workloads import conv_reference, conv_tensor
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((h, h, c)).astype(np.float32)
+    w = (rng.standard_normal((3, 3, c, k)) / np.sqrt(9 * c)).astype(np.float32)
+    s = lt.SymbolGenerator()
+    Y = conv_tensor(lt.Tensor(x).to(s.h, s.w, s.c), lt.Tensor(w).to(s.r, s.s, s.c, s.k), s.c)
+    if order is None:
+        tree = default_schedule(Y)
+    else:
+        tree = Y.loop_tree
+        sched = {}
+        for n in tree.graph.nodes:
+            if n.id in tree._sched:
+                mine = order if n.op != "write" else tuple(e for e in order if e[0] not in "rsc")
+                sched[n.id] = dataclasses.replace(tree._sched[n.id], order=mine)
+        tree = tree._with(sched=sched)
+        mult = next(n for n in tree.graph.nodes if n.op == "binary")
+        tree = copy_input(tree, tree.ref_of(mult.id), 1)
+    Y.set(tree)
+    return Y, conv_reference(x, w)
+
+
+def _compute_loops(kernel):
+    """(vars of the loops around the multiply-accumulate, innermost last) of a lowered conv."""
+    def find(node, stack):
+        if isinstance(node, Loop):
+            for child in node.body:
+                got = find(child, stack + (node,))
+                if got is not None:
+                    return got
+        elif isinstance(node, Compute) and node.reduce is not None:
+            return stack
+        return None
+
+    return next(s for s in (find(n, ()) for n in kernel.lowered.body) if s is not None)
+
+
+def test_taps_and_channels_of_a_row_run_as_one_loop():
+    """With all channels in one tile, X[ow + s, c] and the packed W[r, s, c, k] walk one
+    contiguous range along (s, c): the two loops run as one (one exit, one pointer reset)."""
+    Y, want = _conv(8, 32, 32)
+    kernel = Y.compile()
+    np.testing.assert_allclose(Y.numpy(), want, rtol=1e-4, atol=1e-4)
+    loops = {lp.dim: lp.var for lp in _compute_loops(kernel)}
+    listing = kernel.asm()
+    assert f"{loops['c']}_top:" in listing
+    assert f"{loops['s']}_top:" not in listing and f"{loops['r']}_top:" in listing
+
+
+def test_loops_move_only_the_pointers_their_statements_use():
+    """The convolution's innermost loop reads X and the packed weights; the source weights
+    (read by the packing nest only) are not advanced there."""
+    order = (("k", 2, 0), ("oh", 8, 0), ("ow", 1, 2), ("r", 3, 0), ("s", 3, 0), ("c", 32, 0), ("ow", 6, 0),
+             ("k", 16, 0))
+    Y, want = _conv(8, 32, 32, order)
+    kernel = Y.compile()
+    np.testing.assert_allclose(Y.numpy(), want, rtol=1e-4, atol=1e-4)
+    inner = _compute_loops(kernel)[-3]             # the channel loop around the (ow, k) block
+    for body in _loop_bodies(kernel.asm(), f"{inner.var}_top:"):
+        assert len([line for line in body if re.search(r"\badd r\w+, ", line)]) == 2
+
+
+def test_nested_tails_keep_the_code_small():
+    """7 rows in blocks of 4 under a panel loop whose tail is one vector: the tail block may
+    hold all 7 rows in registers, but its reduction loops must stay loops (they were fully
+    unrolled once: thousands of instructions and 70 ms to compile)."""
+    order = (("c", 4, 0), ("k", 1, 8), ("oh", 7, 0), ("ow", 1, 3), ("r", 3, 0), ("s", 3, 0), ("c", 16, 0),
+             ("ow", 4, 0), ("k", 24, 0))
+    Y, want = _conv(7, 64, 32, order)
+    kernel = Y.compile()
+    np.testing.assert_allclose(Y.numpy(), want, rtol=1e-4, atol=1e-4)
+    assert sum(len(asm) for _, asm, _ in kernel._segments) < 1500
 
 
 # -- element-wise math ------------------------------------------------------------------

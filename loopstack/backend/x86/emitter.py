@@ -49,11 +49,9 @@ class Emitter:
         self.regs = RegisterFile(target.vector_registers)
         self._consts: dict[tuple, Mem] = {}
         self._masks: dict[int, object] = {}     # lanes -> Vec (AVX2) or MaskReg (AVX-512)
-        # id(access) -> (access, ByteMap, pointer): hashing an Access rehashes its whole index,
-        # and addresses are looked up several times per instruction; the entry holds the Access,
-        # so its id cannot be reused by another one
-        self._maps: dict[int, tuple] = {}
-        self._dtypes = {b.name: b.dtype for b in tree.buffers}
+        self._maps: dict[int, tuple[Access, ByteMap]] = {}
+        self._bases: dict[int, tuple] = {}           # id(access) -> see _base
+        self._kinds: dict[tuple, str] = {}           # (id(access), vector dim) -> load kind
         self.versions: dict[str, int] = {}      # buffer -> stores so far in this region
 
     # -- registers and operands ------------------------------------------------
@@ -64,26 +62,31 @@ class Emitter:
         return "ps" if shape.vector else "ss"
 
     def bytemap(self, access: Access) -> ByteMap:
-        return self._access_info(access)[1]
-
-    def _access_info(self, access: Access) -> tuple:
-        """(access, its ByteMap, its pointer register), computed once per access."""
+        # keyed by identity: hashing an Access (nested frozen dataclasses) on every address
+        # would dominate the compile time; the entry keeps the access alive, so ids stay unique
         hit = self._maps.get(id(access))
         if hit is None:
-            bm = byte_map(self.tree, access)
-            hit = self._maps[id(access)] = (access, bm, self.pointers[bm.stream])
+            hit = self._maps[id(access)] = (access, byte_map(self.tree, access))
+        return hit[1]
+
+    def _base(self, access: Access) -> tuple:
+        """(access, pointer register, constant bytes, coefficients, dtype), once per access."""
+        hit = self._bases.get(id(access))
+        if hit is None:
+            bm = self.bytemap(access)
+            hit = self._bases[id(access)] = (access, self.pointers[bm.stream], bm.const, bm.coeffs,
+                                             self.tree.buffer(access.buffer).dtype)
         return hit
 
-    def address(self, access: Access, static: dict[str, int]) -> Mem:
-        _, bm, base = self._access_info(access)
-        return Mem(base, disp=self._disp(bm, static))
-
-    @staticmethod
-    def _disp(bm: ByteMap, static: dict[str, int]) -> int:
-        disp = bm.const
-        for n, c in bm.coeffs:
-            disp += c * static.get(n, 0)
+    def _displacement(self, base: tuple, static: dict[str, int]) -> int:
+        disp = base[2]
+        for name, c in base[3]:
+            disp += c * static.get(name, 0)
         return disp
+
+    def address(self, access: Access, static: dict[str, int]) -> Mem:
+        base = self._base(access)
+        return Mem(base[1], disp=self._displacement(base, static))
 
     def const(self, value: float) -> Mem:
         """A full vector of `value` in the constant pool (also read as a scalar)."""
@@ -137,17 +140,20 @@ class Emitter:
     def load_kind(self, access: Access, shape: Shape) -> str:
         if not shape.vector:
             return "scalar"
-        s = element_stride(self.bytemap(access), shape.dim)
-        return "vec" if s == 1 else "bcast"
+        key = (id(access), shape.dim)
+        kind = self._kinds.get(key)
+        if kind is None:
+            kind = self._kinds[key] = "vec" if element_stride(self.bytemap(access), shape.dim) == 1 else "bcast"
+        return kind
 
     def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
-        _, bm, base = self._access_info(access)
+        base = self._base(access)
         kind = self.load_kind(access, shape)
         lanes = shape.lanes if kind == "vec" else 0
         # the buffer's version changes with every store to it, so a load after a store
         # never hits the cache entry of the value before it
         version = self.versions.get(access.buffer, 0)
-        return (base.num, self._disp(bm, static), kind, lanes, self._dtypes[access.buffer], version)
+        return (base[1].num, self._displacement(base, static), kind, lanes, base[4], version)
 
     def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
         """The value of a read; a cached register, a memory operand, or a fresh register."""
@@ -163,13 +169,14 @@ class Emitter:
                 del regs.cache[key]
                 return Val(reg=reg, owned=True)
             return Val(reg=reg, key=key)
-        m = Mem(self._access_info(access)[2], disp=key[1])
+        m = Mem(self._base(access)[1], disp=key[1])
         kind, dtype = key[2], key[4]
-        if foldable and left <= 0 and dtype == "float32":
-            if kind == "scalar" or (kind == "vec" and not shape.masked):
-                return Val(mem=m)
-            if kind == "bcast" and self.avx512:
-                return Val(mem=m.bcst(32))
+        operand = kind == "scalar" or (kind == "vec" and not shape.masked) or (kind == "bcast" and self.avx512)
+        # a value used again is kept in a register, unless every cached value is needed before
+        # it: then it is read as a memory operand each time instead (in a block whose columns
+        # outnumber the free registers, the columns that fit stay put)
+        if foldable and operand and dtype == "float32" and regs.keep_in_memory(key, left):
+            return Val(mem=m.bcst(32) if kind == "bcast" else m)
         reg = regs.alloc()
         self.load_into(reg, m, kind, shape, dtype)
         if left > 0:
@@ -208,8 +215,9 @@ class Emitter:
 
     def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
         a = self.asm
-        m = self.address(access, static)
-        dtype = self._dtypes[access.buffer]
+        base = self._base(access)
+        m = Mem(base[1], disp=self._displacement(base, static))
+        dtype = base[4]
         src = self.v(reg, shape)
         if dtype == "float16":
             if shape.vector and not shape.masked:
@@ -259,11 +267,11 @@ class Emitter:
         self.regs.release(t)
 
     # -- expressions -----------------------------------------------------------
-    def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs) -> None:
+    def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs, position: int = 0) -> None:
+        """Note the loads of one instance (the `position`-th of its region) before emitting it."""
         for e in exprs:
             for acc in expr_loads(e):
-                key = self.load_key(acc, static, shape)
-                self.regs.uses[key] = self.regs.uses.get(key, 0) + 1
+                self.regs.note_use(self.load_key(acc, static, shape), position)
 
     def to_reg(self, val: Val, shape: Shape) -> Val:
         if val.reg is not None:

@@ -2,15 +2,22 @@
 
 The walk obeys the user's loop order (paper §5.1). Per loop it decides only *how* to
 emit it:
-  - runtime loop: a counter register, pointer increments, a partial last iteration
-    emitted once more after the loop with the smaller range (tails are specialised code);
+  - runtime loop: a counter register, increments of the pointers its statements use, a
+    partial last iteration emitted once more after the loop with the smaller range (tails
+    are specialised code, with half the unroll limit of the code around them, so that
+    tails nested in tails do not multiply it);
   - unrolled: the body repeated with the loop's offset folded into displacements —
     when annotated "unroll", when the whole loop fits the unroll limit, or when it
     indexes the output inside a register block (accumulators need static names);
+  - coalesced: a runtime loop whose only child's full trip moves every pointer as one of
+    its own iterations does runs as one loop with its child (the same iterations, in order);
   - vectorised: the innermost loop, `width` lanes at a time, a masked last vector;
   - register block: the outermost loop whose output block fits in the vector
-    registers; its accumulators are loaded (or initialised) before it and stored
-    (after post-ops) once after it.
+    registers (and that does not index the output above runtime reduction loops); its
+    accumulators are loaded (or initialised) before it and stored (after post-ops) once
+    after it. Its innermost reduction loop runs UNROLL_REDUCTION iterations a trip, and a
+    block with fewer accumulators than the FMA latency needs keeps a second set that
+    alternate iterations update.
 Straight-line code between control-flow points is collected as statement instances and
 emitted together, so loads used several times are loaded once (paper §5.1, reuse).
 """
@@ -25,12 +32,13 @@ from ..analysis import (
     VectorPlan, block_footprint, byte_map, chain_below, indexes_output, loop_delta, perfect_statement,
     reads_output, reduction_loops, subtree_size, trips, uses_heavy_math, vector_plan,
 )
-from .emitter import Emitter, Shape, Val
+from .emitter import ARITH, Emitter, Shape, Val
 
 CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
 # rax is the scratch register; rsp the stack; everything else can hold pointers and counters
 ALLOCATABLE = tuple(r for r in GPR64 if r not in (rax, rsp))
 FRAME = 128            # start/end, and counters that do not fit in registers
+UNROLL_REDUCTION = 4   # iterations per trip of a register block's innermost reduction loop
 START_SLOT, END_SLOT = 0, 8
 
 
@@ -50,6 +58,22 @@ class Block:
     root: Loop
     accs: dict[int, int]                 # output displacement -> accumulator register
     along_output: bool
+    # the innermost reduction loop of the block runs `factor` iterations per trip (fewer loop
+    # exits and pointer updates per FMA); a block too small to hide the FMA latency keeps a
+    # second accumulator set that alternate iterations of that loop update, combined with the
+    # first once after the block
+    inner: Loop | None = None
+    factor: int = 1
+    alt: dict[int, int] | None = None    # output displacement -> second accumulator register
+
+    def acc_set(self, chain: int) -> dict[int, int]:
+        return self.alt if chain else self.accs
+
+    def chain_of(self, lp: Loop, iteration: int, default: int) -> int:
+        """The accumulator set iteration `iteration` of `lp` updates."""
+        if lp is self.inner and self.alt is not None:
+            return iteration % 2
+        return default
 
 
 @dataclass
@@ -58,9 +82,11 @@ class Ctx:
     static: dict[str, int]
     unrolling: bool = False
     block: Block | None = None
+    chain: int = 0                       # which accumulator set of a split block (0 or 1)
+    budget: int = 0                      # unroll limit here: halved in each specialised tail
 
     def child(self, **kw) -> "Ctx":
-        c = Ctx(dict(self.ranges), dict(self.static), self.unrolling, self.block)
+        c = Ctx(self.ranges.copy(), self.static.copy(), self.unrolling, self.block, self.chain, self.budget)
         for k, v in kw.items():
             setattr(c, k, v)
         return c
@@ -90,6 +116,8 @@ class SegmentCompiler:
         self.next_slot = 2        # 0: start, 1: end
         self.em: Emitter | None = None
         self._plans: dict[int, VectorPlan | None] = {}
+        self._loop_streams: dict[int, set] = {}
+        self._enclosing: dict[int, tuple] | None = None     # id(node) -> loops around it
 
     def plan(self, tree, lp: Loop) -> VectorPlan | None:
         """vector_plan, once per loop of this segment."""
@@ -120,7 +148,7 @@ class SegmentCompiler:
         a.emit("mov", Mem(rsp, disp=END_SLOT, bits=64), rdx)
         for s, reg in pointers.items():
             a.emit("mov", reg, Mem(rax, disp=8 * self.slots[s[0]], bits=64))
-        ctx = Ctx({}, {})
+        ctx = Ctx({}, {}, budget=self.limit)
         if isinstance(self.node, Loop) and "parallel" in self.node.annotations:
             self._parallel_loop(self.node, ctx)
         else:
@@ -161,35 +189,130 @@ class SegmentCompiler:
             raise ScheduleError(
                 f"loop {lp.var} cannot be vectorized: it must be innermost, of step 1, and every "
                 "access must be unit-stride or constant along it")
-        unroll = (ctx.unrolling or "unroll" in lp.annotations
-                  or (ctx.block is not None and indexes_output(ctx.block.stmt, lp))
-                  or subtree_size(self.tree, lp, ctx.ranges, self.width, self.plan) <= self.limit)
+        whole = (ctx.unrolling or "unroll" in lp.annotations
+                 or subtree_size(self.tree, lp, ctx.ranges, self.width, self.plan) <= ctx.budget)
+        # a loop over the output inside a register block is unrolled so that its accumulators
+        # have static names; the loops below it still decide for themselves (a reduction loop
+        # under it stays a runtime loop instead of multiplying the block's code)
+        unroll = whole or (ctx.block is not None and indexes_output(ctx.block.stmt, lp))
         if plan is not None:
             self.vector_loop(lp, plan, ctx, rng, unroll)
             return
         full, tail = trips(rng, lp.step)
-        inner = ctx.child(unrolling=unroll or ctx.unrolling)
+        inner = ctx.child(unrolling=whole)
         inner.ranges[lp.dim] = min(lp.step, rng)
-        if unroll or full <= 1:
-            for it in range(full):
-                self._static_iteration(lp, inner, it * lp.step)
-        else:
+        if not unroll and self._special_runtime_loop(lp, inner, ctx, full, tail):
+            return
+        self._iterations(lp, inner, ctx, full, tail, unroll)
+
+    def _iterations(self, lp: Loop, inner: Ctx, ctx: Ctx, full: int, tail: int, unroll: bool) -> None:
+        """`lp`'s full iterations, static or as a runtime loop, then its partial last one."""
+        runtime = not unroll and full > 1
+        if runtime:
             self.runtime_loop(lp, full, lambda: self.gen(lp.body, self._with_offset(inner, lp, 0)))
+        else:
+            for it in range(full):
+                self._static_iteration(lp, inner, it * lp.step, self._chain(ctx, lp, it))
         if tail:
-            t = ctx.child(unrolling=inner.unrolling)
+            t = ctx.child(unrolling=inner.unrolling, chain=self._chain(ctx, lp, full))
+            if runtime:
+                t.budget = self._tail_budget(ctx)
             t.ranges[lp.dim] = tail
-            self._static_iteration(lp, t, full * lp.step if (unroll or full <= 1) else 0)
-        if not unroll and full > 1:
+            self._static_iteration(lp, t, 0 if runtime else full * lp.step)
+        if runtime:
             self._restore(lp, full)
 
-    def _with_offset(self, ctx: Ctx, lp: Loop, offset: int) -> Ctx:
+    @staticmethod
+    def _chain(ctx: Ctx, lp: Loop, iteration: int) -> int:
+        return ctx.block.chain_of(lp, iteration, ctx.chain) if ctx.block is not None else ctx.chain
+
+    def _special_runtime_loop(self, lp: Loop, inner: Ctx, ctx: Ctx, full: int, tail: int) -> bool:
+        """Emit `lp` as its block's unrolled reduction loop, or merged with its only child, when
+        it is one of those; False otherwise (nothing emitted)."""
+        blk = ctx.block
+        if blk is not None and blk.inner is lp and full >= 2 * blk.factor:
+            self._unrolled_runtime_loop(lp, inner, ctx, full, tail, blk)
+            return True
+        if not tail and full > 1:
+            fused = self._coalescable(lp, inner)
+            if fused is not None:
+                self._coalesced_loop(lp, fused, inner, full)
+                return True
+        return False
+
+    def _coalescable(self, lp: Loop, inner: Ctx) -> Loop | None:
+        """The loop `lp` can merge with: its only child, a runtime loop without a tail whose
+        full trip moves every pointer under `lp` exactly as one iteration of `lp` does (a
+        convolution's taps along a row and its channels: X[w + s, c] walks one contiguous
+        window row). One loop of both trip counts then runs the same iterations in the same
+        order, with one loop exit and one pointer reset instead of one per iteration of `lp`."""
+        if len(lp.body) != 1 or not isinstance(lp.body[0], Loop):
+            return None
+        child = lp.body[0]
+        blk = inner.block
+        if blk is not None and (indexes_output(blk.stmt, lp) or indexes_output(blk.stmt, child)):
+            return None
+        rng = inner.ranges.get(child.dim, self.tree.dim_size(child.dim))
+        full, tail = trips(rng, child.step)
+        if (tail or full < 2 or self.plan(self.tree, child) is not None or "unroll" in child.annotations
+                or subtree_size(self.tree, child, inner.ranges, self.width, self.plan) <= inner.budget):
+            return None
+        for stream in self._streams_in(lp):
+            coeffs = dict(stream[1])
+            if loop_delta(coeffs, lp) != full * loop_delta(coeffs, child):
+                return None
+        return child
+
+    def _coalesced_loop(self, lp: Loop, child: Loop, inner: Ctx, full: int) -> None:
+        """`lp` and its only child `child` (see _coalescable) as one runtime loop over `child`."""
+        outer = self._with_offset(inner, lp, 0)
+        rng = outer.ranges.get(child.dim, self.tree.dim_size(child.dim))
+        count = full * (rng // child.step)
+        body = outer.child(unrolling=False)
+        body.ranges[child.dim] = min(child.step, rng)
+        blk = outer.block
+        if blk is not None and blk.inner is child and count >= 2 * blk.factor:
+            self._unrolled_runtime_loop(child, body, outer, count, 0, blk)
+            return
+        self.runtime_loop(child, count, lambda: self.gen(child.body, self._with_offset(body, child, 0)))
+        self._restore(child, count)
+
+    def _tail_budget(self, ctx: Ctx) -> int:
+        """The unroll limit of a runtime loop's partial last iteration: that code is a second copy
+        of the body that runs once, and tails nested in tails would multiply it (a row tail
+        inside a panel tail inside a channel tail ...), so each level gets half."""
+        return max(ctx.budget // 2, self.limit // 8)
+
+    def _unrolled_runtime_loop(self, lp: Loop, inner: Ctx, ctx: Ctx, full: int, tail: int, blk: Block) -> None:
+        """A block's innermost reduction loop as a runtime loop of `blk.factor` static iterations
+        per trip, then the iterations left over and the tail, statically."""
+        trips_, rest = divmod(full, blk.factor)
+
+        def body():
+            for i in range(blk.factor):
+                self._static_iteration(lp, inner, i * lp.step, blk.chain_of(lp, i, ctx.chain))
+
+        self.runtime_loop(lp, trips_, body, iterations=blk.factor)
+        for i in range(rest):
+            self._static_iteration(lp, inner, i * lp.step, blk.chain_of(lp, i, ctx.chain))
+        if tail:
+            t = ctx.child(unrolling=inner.unrolling, chain=blk.chain_of(lp, rest, ctx.chain),
+                          budget=self._tail_budget(ctx))
+            t.ranges[lp.dim] = tail
+            self._static_iteration(lp, t, rest * lp.step)
+        self._restore(lp, trips_, iterations=blk.factor)
+
+    def _with_offset(self, ctx: Ctx, lp: Loop, offset: int, chain: int | None = None) -> Ctx:
         c = ctx.child()
         c.static[lp.dim] = c.static.get(lp.dim, 0) + offset
         c.static[loop_var(lp.var)] = offset
+        if chain is not None:
+            c.chain = chain
         return c
 
-    def _static_iteration(self, lp: Loop, ctx: Ctx, offset: int) -> None:
-        self.gen(lp.body, self._with_offset(ctx, lp, offset))
+    def _static_iteration(self, lp: Loop, ctx: Ctx, offset: int, chain: int | None = None) -> None:
+        """The body of `lp` at `offset` (updating accumulator set `chain`, if given)."""
+        self.gen(lp.body, self._with_offset(ctx, lp, offset, chain))
 
     # -- runtime loops -----------------------------------------------------------------
     def _counter(self):
@@ -207,15 +330,30 @@ class SegmentCompiler:
         else:
             self.next_slot -= 1
 
-    def _deltas(self, lp: Loop, per_iteration_elems: int | None = None):
+    def _streams_in(self, lp: Loop) -> set:
+        """The access streams of the statements under `lp` (the pointers it must move)."""
+        key = id(lp)
+        if key not in self._loop_streams:
+            self._loop_streams[key] = {self.em.bytemap(acc).stream
+                                       for s in statements(lp) for acc in (s.out, *s.reads())}
+        return self._loop_streams[key]
+
+    def _deltas(self, lp: Loop, per_iteration_elems: int | None = None, iterations: int = 1):
+        """(pointer, bytes) to add per `iterations` iterations of `lp`; a stream no statement
+        under `lp` reads or writes stays put (its loops elsewhere move it)."""
         out = []
-        for (_, coeffs), reg in self.em.pointers.items():
-            d = loop_delta(dict(coeffs), lp, per_iteration_elems)
+        used = self._streams_in(lp)
+        for stream, reg in self.em.pointers.items():
+            if stream not in used:
+                continue
+            d = loop_delta(dict(stream[1]), lp, per_iteration_elems) * iterations
             if d:
                 out.append((reg, d))
         return out
 
-    def runtime_loop(self, lp: Loop, count: int, body, per_iteration_elems: int | None = None) -> None:
+    def runtime_loop(self, lp: Loop, count: int, body, per_iteration_elems: int | None = None,
+                     iterations: int = 1) -> None:
+        """`count` trips of `body`, each covering `iterations` iterations of `lp`."""
         self.flush()
         a = self.asm
         c = self._counter()
@@ -224,15 +362,16 @@ class SegmentCompiler:
         a.bind(top)
         body()
         self.flush()
-        for reg, d in self._deltas(lp, per_iteration_elems):
+        for reg, d in self._deltas(lp, per_iteration_elems, iterations):
             a.emit("add", reg, d)
         a.emit("dec", c)
         a.emit("jne", top)
         self._release_counter(c)
 
-    def _restore(self, lp: Loop, count: int, per_iteration_elems: int | None = None) -> None:
+    def _restore(self, lp: Loop, count: int, per_iteration_elems: int | None = None,
+                 iterations: int = 1) -> None:
         self.flush()
-        for reg, d in self._deltas(lp, per_iteration_elems):
+        for reg, d in self._deltas(lp, per_iteration_elems, iterations):
             total = d * count
             if -2**31 <= total < 2**31:
                 self.asm.emit("sub", reg, total)
@@ -315,7 +454,19 @@ class SegmentCompiler:
         if stmt.reduce is None or reads_output(stmt):
             return False
         limit = max_accumulators(self.target, stmt)
-        return block_footprint(self.tree, lp, stmt, ctx.ranges, self.width, limit, self.plan) <= limit
+        if block_footprint(self.tree, lp, stmt, ctx.ranges, self.width, limit, self.plan) > limit:
+            return False
+        return not self._splits_reduction(lp, stmt, ctx)
+
+    def _splits_reduction(self, lp: Loop, stmt: Compute, ctx: Ctx) -> bool:
+        """Whether `lp` indexes the output above runtime reduction loops: each of its iterations
+        would then run the reduction loops on its own share of the accumulators, holding the
+        others idle (a tail of the row loop, say); the loops below make better blocks."""
+        if not indexes_output(stmt, lp):
+            return False
+        if not any(not indexes_output(stmt, inner) for inner in chain_below(lp)[1:]):
+            return False
+        return subtree_size(self.tree, lp, ctx.ranges, self.width, self.plan) > ctx.budget
 
     def register_block(self, root: Loop, stmt: Compute, ctx: Ctx) -> None:
         self.flush()
@@ -335,10 +486,14 @@ class SegmentCompiler:
             acc_shape = shape if along else Shape(True, self.width, self.width, plan.loop.dim)
             self._init_accumulator(reg, stmt, static, acc_shape if along else Shape(False, 1, self.width, None),
                                    along, fused)
+        inner, factor, sets = self._inner_reduction(chain, stmt, ctx, len(accs), along)
+        alt = self._second_set(stmt, keys) if sets == 2 else None
         self.flush_cache_only()
-        blk = Block(stmt, root, accs, along)
+        blk = Block(stmt, root, accs, along, inner, factor, alt)
         self.loop(root, ctx.child(block=blk))
         self.flush()
+        if alt is not None:
+            self._combine_sets(stmt, keys, accs, alt)
         for static, shape in keys:
             disp = em.address(stmt.out, static).disp
             reg = accs.pop(disp, None)
@@ -349,20 +504,70 @@ class SegmentCompiler:
             self.flush_cache_only()
         em.drop_masks()
 
+    def _inner_reduction(self, chain, stmt: Compute, ctx: Ctx, n_acc: int, along: bool):
+        """(loop, unroll factor, accumulator sets) for the innermost reduction loop of a block
+        that has at least two iterations, or (None, 1, 1).
+
+        Its runtime form runs UNROLL_REDUCTION iterations a trip (fewer where the body would pass
+        the unroll limit). Two accumulator sets when the block has fewer accumulators than the
+        FMA latency needs (fma_units x fma_latency) and the registers hold a second set; the
+        reduction is then reassociated, as any blocked BLAS kernel does."""
+        ranges = dict(ctx.ranges)
+        found, body_ranges = None, None
+        for lp in chain:
+            rng = ranges.get(lp.dim, self.tree.dim_size(lp.dim))
+            ranges[lp.dim] = min(lp.step, rng)
+            if not indexes_output(stmt, lp) and rng // lp.step >= 2:
+                found, body_ranges = lp, dict(ranges)
+        if found is None:
+            return None, 1, 1
+        sets = 1
+        if (along and stmt.reduce in REDUCE_IDENTITY and n_acc < self.target.accumulators
+                and 2 * n_acc <= max_accumulators(self.target, stmt)):
+            sets = 2
+        body = sum(subtree_size(self.tree, n, body_ranges, self.width, self.plan) for n in found.body)
+        # a specialised tail does a small share of the work: half the unrolling there
+        factor = UNROLL_REDUCTION if ctx.budget >= self.limit else max(sets, UNROLL_REDUCTION // 2)
+        while factor > sets and factor * body > ctx.budget:
+            factor //= 2
+        return found, factor, sets
+
+    def _second_set(self, stmt: Compute, keys) -> dict[int, int]:
+        """The second accumulator set of a split block, at the reduction's identity."""
+        em = self.em
+        alt: dict[int, int] = {}
+        for static, shape in keys:
+            disp = em.address(stmt.out, static).disp
+            if disp not in alt:
+                alt[disp] = em.regs.alloc()
+                em.load_const(alt[disp], REDUCE_IDENTITY[stmt.reduce], Shape(shape.vector, self.width, self.width, None))
+        return alt
+
+    def _combine_sets(self, stmt: Compute, keys, accs: dict[int, int], alt: dict[int, int]) -> None:
+        em = self.em
+        for static, shape in keys:
+            disp = em.address(stmt.out, static).disp
+            reg = alt.pop(disp, None)
+            if reg is None:
+                continue
+            full = Shape(shape.vector, self.width, self.width, None)
+            em.asm.emit(ARITH[stmt.reduce] + em.suffix(full), em.v(accs[disp], full), em.v(accs[disp], full),
+                        em.v(reg, full))
+            em.regs.release(reg)
+
     def _stack_to(self, root: Loop) -> tuple:
         """Loops enclosing `root` in this segment (for the reduction-loop test)."""
-        path = []
+        if self._enclosing is None:
+            self._enclosing = {}
 
-        def find(node, stack):
-            if node is root:
-                path.extend(stack)
-                return True
-            if isinstance(node, Loop):
-                return any(find(n, stack + [node]) for n in node.body)
-            return False
+            def walk(node, stack):
+                self._enclosing[id(node)] = stack
+                if isinstance(node, Loop):
+                    for n in node.body:
+                        walk(n, stack + (node,))
 
-        find(self.node, [])
-        return tuple(path)
+            walk(self.node, ())
+        return self._enclosing[id(root)]
 
     def _block_keys(self, chain, stmt, plan, ctx):
         """(static point, shape) of every accumulator of the block, in emission order."""
@@ -442,7 +647,7 @@ class SegmentCompiler:
         if blk is not None and blk.stmt is stmt:
             disp = self.em.address(stmt.out, ctx.static).disp
             blend = (not blk.along_output) and shape.masked and not _zero_safe(stmt, self.em, shape)
-            self.pending.append(Instance(stmt, ctx.static, shape, blk.accs[disp], blend))
+            self.pending.append(Instance(stmt, ctx.static, shape, blk.acc_set(ctx.chain)[disp], blend))
         else:
             self.pending.append(Instance(stmt, ctx.static, shape))
 
@@ -458,7 +663,7 @@ class SegmentCompiler:
         em.regs.flush_cache()
         versions: dict[str, int] = {}
         snapshots = []
-        for ins in todo:
+        for position, ins in enumerate(todo):
             em.versions = dict(versions)
             snapshots.append(em.versions)
             exprs = [ins.stmt.expr]
@@ -467,7 +672,7 @@ class SegmentCompiler:
                     exprs.append(ins.stmt.post)
                 if isinstance(ins.stmt.init, (Load,)):
                     exprs.append(ins.stmt.init)
-            em.count_loads(ins.stmt, ins.static, ins.shape, exprs)
+            em.count_loads(ins.stmt, ins.static, ins.shape, exprs, position)
             if ins.acc is None:      # block accumulators are stored after the region
                 versions[ins.stmt.out.buffer] = versions.get(ins.stmt.out.buffer, 0) + 1
         for ins, snap in zip(todo, snapshots):

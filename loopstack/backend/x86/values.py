@@ -37,13 +37,31 @@ class PinCounts(dict):
 
 
 class RegisterFile:
-    """Vector register numbers in use; a cache of loaded values keyed by address."""
+    """Vector register numbers in use; a cache of loaded values keyed by address.
+
+    The uses of every cached value in the current straight-line region are known before it is
+    emitted (their positions: statement instances in emission order), so a full file gives
+    up the value used farthest in the future (Belady's rule)."""
 
     def __init__(self, count: int):
         self.free = list(range(count - 1, -1, -1))
         self.cache: dict[tuple, int] = {}      # load key -> register
         self.uses: dict[tuple, int] = {}       # load key -> remaining uses in this region
+        self.positions: dict[tuple, list[int]] = {}   # load key -> positions of all its uses
         self.pinned = PinCounts()
+
+    def note_use(self, key: tuple, position: int) -> None:
+        self.uses[key] = self.uses.get(key, 0) + 1
+        self.positions.setdefault(key, []).append(position)
+
+    def next_use(self, key: tuple, remaining: int | None = None) -> float:
+        """Position of the next use of `key` with `remaining` uses left (default: as counted);
+        inf when none is left, -1 when its uses were not counted (taken as imminent)."""
+        left = self.uses.get(key, 0) if remaining is None else remaining
+        seq = self.positions.get(key)
+        if seq is None:
+            return -1
+        return seq[len(seq) - left] if 0 < left <= len(seq) else float("inf")
 
     def alloc(self) -> int:
         if not self.free:
@@ -53,13 +71,30 @@ class RegisterFile:
     def release(self, reg: int) -> None:
         self.free.append(reg)
 
-    def _evict(self) -> None:
-        for key, reg in list(self.cache.items()):
+    def _victim(self) -> tuple | None:
+        """The unpinned cached value used farthest in the future (the oldest among equals)."""
+        best, farthest = None, -2.0
+        for key, reg in self.cache.items():
             if reg not in self.pinned:
-                del self.cache[key]
-                self.free.append(reg)
-                return
-        raise LoopstackError("internal: vector register file exhausted (register block too large)")
+                n = self.next_use(key)
+                if n > farthest:
+                    best, farthest = key, n
+        return best
+
+    def keep_in_memory(self, key: tuple, remaining: int) -> bool:
+        """Whether a value about to be loaded, with `remaining` uses after this one, should be
+        read from memory each time rather than take a register: no register is free and every
+        cached value is needed again before it."""
+        if self.free or remaining <= 0:
+            return remaining <= 0
+        victim = self._victim()
+        return victim is None or self.next_use(key, remaining) >= self.next_use(victim)
+
+    def _evict(self) -> None:
+        key = self._victim()
+        if key is None:
+            raise LoopstackError("internal: vector register file exhausted (register block too large)")
+        self.free.append(self.cache.pop(key))
 
     def flush_cache(self) -> None:
         """Forget every cached load (control flow or a store ends a straight-line region)."""
@@ -67,6 +102,7 @@ class RegisterFile:
             self.free.append(reg)
         self.cache.clear()
         self.uses.clear()
+        self.positions.clear()
         self.pinned.clear()
 
 

@@ -1,0 +1,82 @@
+"""The default schedule generator (tune/defaults.py) for dense convolutions and its block model."""
+import numpy as np
+import pytest
+
+import loopstack as lt
+from loopstack.isa.target import get_target
+from loopstack.tune.defaults import choose_block, default_schedule, rank_blocks
+from loopstack.workloads import conv_reference, conv_tensor, get_workload
+
+AVX2 = get_target("avx2", check=False)
+
+
+def _conv(h, c, k, stride=1, pad=1, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((h, h, c)).astype(np.float32)
+    w = (rng.standard_normal((3, 3, c, k)) / np.sqrt(9 * c)).astype(np.float32)
+    s = lt.SymbolGenerator()
+    Y = conv_tensor(lt.Tensor(x).to(s.h, s.w, s.c), lt.Tensor(w).to(s.r, s.s, s.c, s.k), s.c, pad=pad, stride=stride)
+    return Y, conv_reference(x, w, stride, pad)
+
+
+def _weight_panel(tree):
+    """Shape of the staged weight temp (the packed panel), or None when nothing is staged."""
+    temps = [b for b in tree.lower().temps if len(b.shape) == 4]
+    return tuple(temps[0].shape) if temps else None
+
+
+@pytest.mark.parametrize("name", ["CONV-3", "CONV-4"])
+def test_wide_channel_convolutions_pack_l1_sized_weight_tiles(name):
+    """C = 256, 512: no block's whole weight panel streams from L2 fast enough, so the weights
+    are packed per (channel tile, vector panel) into a contiguous tile that stays in L1, and the
+    channel tile is the outermost loop."""
+    Y, _ = get_workload(name).build(seed=0)
+    tree = default_schedule(Y, AVX2)
+    r, s, ct, width = _weight_panel(tree)
+    assert ct < 256 and r * s * ct * width * 4 <= AVX2.l1d
+    (order,) = [ns.order for i, ns in tree.schedule if tree.graph.reduced(tree.graph.node(i))]
+    assert order[0] == ("c", 256 // ct if name == "CONV-3" else 512 // ct, 0)
+
+
+@pytest.mark.parametrize("name,channels", [("CONV-1", 64), ("CONV-2", 128)])
+def test_narrow_channel_convolutions_stream_the_whole_panel(name, channels):
+    """C = 64, 128: the block's weight panel over all channels streams from L2 no faster than L2
+    delivers, so the channels are not tiled (no zeroing pass, no accumulator reloads)."""
+    Y, _ = get_workload(name).build(seed=0)
+    tree = default_schedule(Y, AVX2)
+    assert _weight_panel(tree)[:3] == (3, 3, channels)
+
+
+@pytest.mark.parametrize("h,c,k,stride,pad", [
+    (8, 32, 32, 1, 1), (7, 64, 40, 1, 1), (9, 24, 20, 2, 0), (5, 512, 13, 1, 1), (14, 96, 56, 1, 1)])
+def test_default_convolution_schedules_are_correct(h, c, k, stride, pad):
+    Y, want = _conv(h, c, k, stride, pad)
+    tree = default_schedule(Y)
+    Y.set(tree)
+    np.testing.assert_allclose(Y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_fourteen_wide_rows_take_a_block_that_divides_them():
+    assert 14 % choose_block(14, 64, AVX2, packed=True).mr == 0
+
+
+def test_one_vector_tails_are_not_chosen_for_seven_wide_rows():
+    """7 x 64 vectors: a 4 x 3 block leaves a one-vector panel tail (a whole extra pass over the
+    input for 1/64 of the work); the model ranks it below a block whose tail is wider."""
+    best = choose_block(7, 64, AVX2, packed=True)
+    assert 64 % best.nv == 0 or 64 % best.nv > best.nv // 2
+
+
+def test_block_model_counts_columns_reloaded_for_lack_of_registers():
+    """The model's loads per FMA: a 2 x 6 block (12 accumulators, a broadcast, 3 registers for 6
+    columns) re-reads 3 columns for its second row, so it ranks below 6 x 2 and 4 x 3 on a
+    matrix that all of them divide."""
+    order = [(b.mr, b.nv) for b in rank_blocks(48, 48, AVX2, packed=True) if b.mr * b.nv == 12]
+    assert order.index((4, 3)) < order.index((6, 2)) < order.index((2, 6))
+
+
+def test_small_blocks_are_modelled_with_a_second_accumulator_set():
+    """A one-row block of 4 vectors has 4 chains; with a second set it is limited by its loads
+    (5 a step on 2 ports), not by the FMA latency (4 cycles a step)."""
+    eff = {(b.mr, b.nv): b.efficiency for b in rank_blocks(1, 4, AVX2)}
+    assert eff[(1, 4)] > 0.5 * 4 / 2 / (4 + 1)
