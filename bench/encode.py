@@ -2,7 +2,10 @@
 
 The mix is a GEMM micro-kernel body: FMAs with a memory operand, loads, stores, broadcasts,
 and add/cmp/jne loop control; once with VEX (AVX2/FMA) and once with EVEX (zmm, disp8*N,
-{1toN}, masks). Also the time to make a callable from bytes when `loopstack.isa.execmem` exists.
+{1toN}, masks). The body is emitted 20 times: `vex`/`evex` with the same operand objects each
+time (what a code generator that keeps its operands per call site gives the assembler), and
+`*_fresh_mem` with new Mem objects for every instruction (what one that builds each address
+anew gives it: the assembler then works out each Mem's template shape again). Also the time to make a callable from bytes when `loopstack.isa.execmem` exists.
 
     python bench/encode.py [--json FILE] [--rounds N] [--cpu]
 
@@ -16,6 +19,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -59,14 +63,24 @@ def _evex_body() -> list[tuple]:
 _clock = time.perf_counter
 
 
-def _run(body: list[tuple], copies: int) -> tuple[float, int, bytes]:
+def _operand(o, top, fresh: bool):
+    if o == "top":
+        return top
+    return replace(o) if fresh and isinstance(o, Mem) else o
+
+
+def _run(body: list[tuple], copies: int, fresh: bool) -> tuple[float, int, bytes]:
+    """`fresh`: every copy gets new Mem objects (built before the clock starts), as a code
+    generator that builds each address anew gives them; else the copies share them."""
     asm = Assembler()
     top = asm.label("top")
-    ops_lists = [(mn, tuple(top if o == "top" else o for o in ops)) for mn, *ops in body]
+    shared = [(mn, tuple(_operand(o, top, False) for o in ops)) for mn, *ops in body]
+    bodies = [[(mn, tuple(_operand(o, top, True) for o in ops)) for mn, *ops in body] for _ in range(copies)] \
+        if fresh else [shared] * copies
     emit = asm.emit
     t0 = _clock()
     asm.bind(top)
-    for _ in range(copies):
+    for ops_lists in bodies:
         for mn, ops in ops_lists:
             emit(mn, *ops)
     code = asm.bytes()
@@ -74,12 +88,12 @@ def _run(body: list[tuple], copies: int) -> tuple[float, int, bytes]:
     return dt, len(asm), code
 
 
-def measure(body: list[tuple], rounds: int, copies: int = 20) -> dict:
+def measure(body: list[tuple], rounds: int, copies: int = 20, fresh: bool = False) -> dict:
     times = []
     n = 0
     code = b""
     for _ in range(rounds):
-        dt, n, code = _run(body, copies)
+        dt, n, code = _run(body, copies, fresh)
         times.append(dt)
     t = statistics.median(times)
     return {"instr_per_s": n / t, "us": t * 1e6, "instructions": n, "code_bytes": len(code)}
@@ -109,8 +123,9 @@ def main(argv=None) -> int:
     _clock = time.process_time if args.cpu else time.perf_counter
     records = []
     print(f"{'mix':<16}{'instr':>8}{'bytes':>9}{'time (us)':>12}{'M instr/s':>12}")
-    for name, body in (("vex", _vex_body()), ("evex", _evex_body())):
-        r = measure(body, args.rounds)
+    mixes = [("vex", _vex_body()), ("evex", _evex_body())]
+    for name, body, fresh in [(n, b, False) for n, b in mixes] + [(n + "_fresh_mem", b, True) for n, b in mixes]:
+        r = measure(body, args.rounds, fresh=fresh)
         print(f"{name:<16}{r['instructions']:>8}{r['code_bytes']:>9}{r['us']:>12.0f}{r['instr_per_s'] / 1e6:>12.2f}")
         records.append({"name": name, **r})
     ret = Assembler()
