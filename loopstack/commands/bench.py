@@ -92,15 +92,10 @@ def _median(xs):
 
 def compile_ms(tree, target=None, repeat: int = 3) -> float:
     """Median wall time of lowering + compiling `tree` (no compile cache)."""
-    import gc
-
     from .. import backend
 
     times = []
     for _ in range(repeat):
-        # a full collection of what came before (imports, the first workloads' arrays) is not
-        # this compile's time: run it now rather than at a random point of a timed compile
-        gc.collect()
         t0 = time.perf_counter()
         ir = tree.lower()
         backend.compile(ir, target=target)
