@@ -38,7 +38,7 @@ CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
 # rax is the scratch register; rsp the stack; everything else can hold pointers and counters
 ALLOCATABLE = tuple(r for r in GPR64 if r not in (rax, rsp))
 FRAME = 128            # start/end, and counters that do not fit in registers
-UNROLL_REDUCTION = 4   # iterations per trip of a register block's innermost reduction loop
+UNROLL_REDUCTION = 2   # iterations per trip of a register block's innermost reduction loop
 START_SLOT, END_SLOT = 0, 8
 
 
