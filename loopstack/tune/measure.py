@@ -52,6 +52,9 @@ def reference_output(base_tree, inputs, interp_flops_limit: float = 3e8) -> np.n
     return kernel.run(*inputs)[0]
 
 
+MIN_SECONDS = 0.02
+
+
 def measure_job(text: str, inputs, reference, runs: int, target) -> Measurement:
     """Compile, check and time one serialised candidate (runs inside a worker)."""
     tree = deserialize(text)
@@ -63,7 +66,9 @@ def measure_job(text: str, inputs, reference, runs: int, target) -> Measurement:
         if got.shape != reference.shape or not np.allclose(got, reference, rtol=1e-3, atol=1e-3 * scale):
             err = float(np.max(np.abs(got - reference))) if got.shape == reference.shape else float("inf")
             return Measurement(0.0, WRONG, kernel.compile_ms, f"max error {err:.3g}")
-    gflops = kernel.benchmark(*inputs, *outs, runs=runs, warmup=1)
+    # at least MIN_SECONDS of calls: a candidate measured right after its compile, in a worker
+    # that was idle, is otherwise judged on a cold cache and a clock still ramping up
+    gflops = kernel.benchmark(*inputs, *outs, runs=runs, warmup=1, min_seconds=MIN_SECONDS)
     return Measurement(float(gflops), OK, kernel.compile_ms)
 
 
