@@ -16,16 +16,11 @@ def best_seconds(fn, runs: int = 10, warmup: int = 1, min_seconds: float = 0.0) 
         fn()
     clock = time.perf_counter
     best = float("inf")
-    n = max(1, runs)
-    i = 0
+    calls, runs = 0, max(1, runs)
     start = clock()
-    while i < n:
+    while calls < runs or clock() - start < min_seconds:
         t0 = clock()
         fn()
-        t = clock() - t0
-        if t < best:
-            best = t
-        i += 1
-        if i == n and min_seconds and clock() - start < min_seconds:
-            n += max(1, int((min_seconds - (clock() - start)) / max(best, 1e-7)))
+        best = min(best, clock() - t0)
+        calls += 1
     return best

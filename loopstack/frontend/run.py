@@ -46,12 +46,6 @@ def add_schedule_source(source) -> None:
     schedules_changed()
 
 
-def remove_schedule_source(source) -> None:
-    if source in _schedule_sources:
-        _schedule_sources.remove(source)
-    schedules_changed()
-
-
 def schedules_changed() -> None:
     """Forget what the schedule sources said: the next compile of an unscheduled tensor asks again."""
     global _generation
@@ -74,22 +68,25 @@ def program(t) -> Program:
     return t._cache
 
 
+def _own_schedule(t, prog: Program) -> LoopTree | None:
+    sched = getattr(t, "_schedule", None)
+    return sched if sched is not None and sched.graph_base == prog.graph else None
+
+
 def loop_tree(t) -> LoopTree:
     """The tree the user schedules: the tensor's own schedule, else the unscheduled program."""
     prog = program(t)
-    sched = getattr(t, "_schedule", None)
-    if sched is not None and sched.graph_base == prog.graph:
-        return sched
-    return LoopTree(prog.graph, default_schedule(prog.graph))
+    own = _own_schedule(t, prog)
+    return own if own is not None else LoopTree(prog.graph, default_schedule(prog.graph))
 
 
 def scheduled_tree(t, target=None) -> LoopTree:
     """The tree `t` compiles with: its own schedule, else the first schedule source's answer,
     else the unscheduled program."""
     prog = program(t)
-    sched = getattr(t, "_schedule", None)
-    if sched is not None and sched.graph_base == prog.graph:
-        return sched
+    own = _own_schedule(t, prog)
+    if own is not None:
+        return own
     key = (target, _generation)
     tree = prog.sourced.get(key)
     if tree is None:

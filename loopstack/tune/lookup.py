@@ -27,14 +27,12 @@ def configured_db_path(explicit: str | None = None) -> str | None:
 def _target_identity(target) -> str | None:
     from ..isa.target import Target, get_target
 
-    if target in ("interp",):
-        return None
-    if target in (None, "x86"):
-        target = None
     if isinstance(target, Target):
         return target.identity
+    if target == "interp":
+        return None
     try:
-        return get_target(target, check=False).identity
+        return get_target(None if target == "x86" else target, check=False).identity
     except LoopstackError:
         return None
 

@@ -158,7 +158,7 @@ class X86Kernel(KernelBase):
         if cache is None or cache[0] != key:
             if not checked:
                 self.check_arguments(arrays)
-            ptrs = [self._pointers(arrays, t) for t in range(max(1, threads))]
+            ptrs = [self._pointers(arrays, t) for t in range(threads)]
             cache = self._arg_cache = (key, ptrs, arrays, ptrs[0].cdata)
         block = cache[3]
         for func, n, parallel in self._steps:

@@ -488,6 +488,42 @@ def _generic(f: Form):
     return generic
 
 
+def _memory_encoders(prefix, put_imm, ri: int, mi: int, digit: int, generic):
+    """(mem, heads) of one form, from its `prefix(ops, m, bn, xi) -> (bytes, disp8 scale N)`
+    (N = 0: a memory operand the fast path leaves to `generic`) and its immediate writer.
+
+    mem(buf, ops) appends the whole instruction; heads(ops) gives the memory template (the
+    bytes up to the displacement) or None where there is none."""
+
+    def fields(ops):
+        m = ops[mi]
+        bn = _base_num(id(m.base))
+        xi = _index_num(id(m.index))
+        if bn is None or xi is None:
+            return None
+        pre, n = prefix(ops, m, bn, xi)
+        if not n:
+            return None
+        reg = ops[ri].num if ri >= 0 else digit
+        return pre, (reg & 7) << 3, bn & 7, xi, m, n
+
+    def mem(buf, ops):
+        parts = fields(ops)
+        if parts is None:
+            return generic(buf, ops)
+        buf += parts[0]
+        _mem_tail(buf, *parts[1:])
+        if put_imm is not None:
+            put_imm(buf, ops)
+        return None
+
+    def heads(ops):
+        parts = fields(ops)
+        return None if parts is None else _mem_heads(*parts)
+
+    return mem, heads
+
+
 def _compile_vex(f: Form, generic):
     ri, vi, mi, ii = _ROLES[f.openc]
     digit, t0, t1, t2, op, vex2 = f.digit, f.t0, f.t1, f.t2, f.opcode[0], f.vex2_ok
@@ -508,38 +544,20 @@ def _compile_vex(f: Form, generic):
             buf.append((ops[ii].num << 4 if is4 else ops[ii]) & 0xFF)
         return None
 
-    def vex_prefix(ops, m, bn, xi) -> bytes:
-        """VEX prefix and opcode for a memory r/m `m` with base number bn and index number xi."""
+    def vex_prefix(ops, m, bn, xi) -> tuple:
+        """(VEX prefix and opcode, 1) for a memory r/m `m` with base number bn and index number xi."""
         reg = ops[ri].num if ri >= 0 else digit
         v = ops[vi].num if vi >= 0 else 0
         xb = ((xi >> 2) & 2) | (bn >> 3)
         r = (reg >> 3) & 1
         if xb == 0 and vex2:
-            return bytes((0xC5, t2 ^ (r << 7) ^ (v << 3), op))
-        return bytes((0xC4, t0 ^ (r << 7) ^ (xb << 5), t1 ^ (v << 3), op))
+            return bytes((0xC5, t2 ^ (r << 7) ^ (v << 3), op)), 1
+        return bytes((0xC4, t0 ^ (r << 7) ^ (xb << 5), t1 ^ (v << 3), op)), 1
 
-    def vex_mem(buf, ops):
-        m = ops[mi]
-        bn = _base_num(id(m.base))
-        xi = _index_num(id(m.index))
-        if bn is None or xi is None:
-            return generic(buf, ops)
-        buf += vex_prefix(ops, m, bn, xi)
-        reg = ops[ri].num if ri >= 0 else digit
-        _mem_tail(buf, (reg & 7) << 3, bn & 7, xi, m, 1)
-        if ii >= 0:
-            buf.append((ops[ii].num << 4 if is4 else ops[ii]) & 0xFF)
-        return None
+    def vex_imm(buf, ops):
+        buf.append((ops[ii].num << 4 if is4 else ops[ii]) & 0xFF)
 
-    def vex_heads(ops):
-        m = ops[mi]
-        bn = _base_num(id(m.base))
-        xi = _index_num(id(m.index))
-        if bn is None or xi is None:
-            return None
-        reg = ops[ri].num if ri >= 0 else digit
-        return _mem_heads(vex_prefix(ops, m, bn, xi), (reg & 7) << 3, bn & 7, xi, m, 1)
-
+    vex_mem, vex_heads = _memory_encoders(vex_prefix, vex_imm if ii >= 0 else None, ri, mi, digit, generic)
     return vex_reg, vex_mem, vex_heads
 
 
@@ -586,6 +604,8 @@ def _compile_evex(f: Form, generic):
         else:
             p2 = t2
             n = mem_n
+        if not n:
+            return b"", 0
         reg = ops[ri].num if ri >= 0 else digit
         v = ops[vi].num if vi >= 0 else 0
         p0 = t0 ^ (((reg >> 3) & 1) << 7) ^ (((reg >> 4) & 1) << 4) ^ (((xi >> 3) & 1) << 6) ^ ((bn >> 3) << 5)
@@ -596,30 +616,10 @@ def _compile_evex(f: Form, generic):
             p2 |= mask_bits(dst, mk)
         return bytes((0x62, p0, t1 ^ ((v & 15) << 3), p2, op)), n
 
-    def evex_mem(buf, ops):
-        m = ops[mi]
-        bn = _base_num(id(m.base))
-        xi = _index_num(id(m.index))
-        if bn is None or xi is None or not (bcst_n if m.broadcast else mem_n):
-            return generic(buf, ops)
-        pre, n = evex_prefix(ops, m, bn, xi)
-        buf += pre
-        reg = ops[ri].num if ri >= 0 else digit
-        _mem_tail(buf, (reg & 7) << 3, bn & 7, xi, m, n)
-        if ii >= 0:
-            buf.append(ops[ii] & 0xFF)
-        return None
+    def evex_imm(buf, ops):
+        buf.append(ops[ii] & 0xFF)
 
-    def evex_heads(ops):
-        m = ops[mi]
-        bn = _base_num(id(m.base))
-        xi = _index_num(id(m.index))
-        if bn is None or xi is None or not (bcst_n if m.broadcast else mem_n):
-            return None
-        pre, n = evex_prefix(ops, m, bn, xi)
-        reg = ops[ri].num if ri >= 0 else digit
-        return _mem_heads(pre, (reg & 7) << 3, bn & 7, xi, m, n)
-
+    evex_mem, evex_heads = _memory_encoders(evex_prefix, evex_imm if ii >= 0 else None, ri, mi, digit, generic)
     return evex_reg, evex_mem, evex_heads
 
 
@@ -643,34 +643,17 @@ def _compile_legacy(f: Form, generic):
             buf += (ops[ii] & imask).to_bytes(isize, "little")
         return None
 
-    def legacy_prefix(ops, bn, xi) -> bytes:
-        """Mandatory prefix, REX and opcode for a memory r/m with base number bn, index number xi."""
+    def legacy_prefix(ops, m, bn, xi) -> tuple:
+        """(Mandatory prefix, REX and opcode, 1) for a memory r/m with base number bn, index number xi."""
         reg = ops[ri].num if ri >= 0 else digit
         r = rex | ((reg >> 1) & 4) | ((xi >> 2) & 2) | (bn >> 3)
-        return mandatory + bytes((r | 0x40,)) + opcode if r else mandatory + opcode
+        return (mandatory + bytes((r | 0x40,)) + opcode if r else mandatory + opcode), 1
 
-    def legacy_mem(buf, ops):
-        m = ops[mi]
-        bn = _base_num(id(m.base))
-        xi = _index_num(id(m.index))
-        if bn is None or xi is None:
-            return generic(buf, ops)
-        buf += legacy_prefix(ops, bn, xi)
-        reg = ops[ri].num if ri >= 0 else digit
-        _mem_tail(buf, (reg & 7) << 3, bn & 7, xi, m, 1)
-        if ii >= 0:
-            buf += (ops[ii] & imask).to_bytes(isize, "little")
-        return None
+    def legacy_imm(buf, ops):
+        buf += (ops[ii] & imask).to_bytes(isize, "little")
 
-    def legacy_heads(ops):
-        m = ops[mi]
-        bn = _base_num(id(m.base))
-        xi = _index_num(id(m.index))
-        if bn is None or xi is None:
-            return None
-        reg = ops[ri].num if ri >= 0 else digit
-        return _mem_heads(legacy_prefix(ops, bn, xi), (reg & 7) << 3, bn & 7, xi, m, 1)
-
+    legacy_mem, legacy_heads = _memory_encoders(legacy_prefix, legacy_imm if ii >= 0 else None, ri, mi, digit,
+                                                generic)
     return legacy_reg, legacy_mem, legacy_heads
 
 
