@@ -7,7 +7,9 @@ MobileNetV3 depthwise-separable blocks, batch 1, fp32, built with the frontend.
 
 Convolutions are NHWC (channels innermost): X[h, w, c], W[r, s, c, k] -> Y[oh, ow, k], padding as a
 zero-padded view that the backend stages into a bordered temp. Every input is a 64-byte aligned
-array (`empty_aligned`) so that the kernel and the peers read the same memory.
+array (`empty_aligned`) so that the kernel and the peers read the same memory. The weights and
+biases of the network layers are constant inputs (`Tensor(..., constant=True)`), as in inference:
+a packed copy of them is built once per array, not in every call. The matmuls' operands are not.
 """
 from __future__ import annotations
 
@@ -155,7 +157,7 @@ def _build_conv(w, rng):
     p = w.p
     s = lt.SymbolGenerator()
     X = lt.Tensor(a["X"]).to(s.h, s.w, s.c)
-    W = lt.Tensor(a["W"]).to(s.kr, s.ks, s.c, s.k)
+    W = lt.Tensor(a["W"], constant=True).to(s.kr, s.ks, s.c, s.k)
     Y = conv_tensor(X, W, s.c, pad=p["pad"], stride=p["stride"])
     return Y, lambda: conv_reference(a["X"], a["W"], p["stride"], p["pad"])
 
@@ -166,7 +168,7 @@ def _build_dw(w, rng):
     p = w.p
     s = lt.SymbolGenerator()
     X = lt.Tensor(a["X"]).to(s.h, s.w, s.c)
-    W = lt.Tensor(a["W"]).to(s.kr, s.ks, s.c)
+    W = lt.Tensor(a["W"], constant=True).to(s.kr, s.ks, s.c)
     Y = conv_tensor(X, W, s.c, pad=p["pad"], stride=p["stride"], depthwise=True)
     return Y, lambda: dwconv_reference(a["X"], a["W"], p["stride"], p["pad"])
 
@@ -178,8 +180,8 @@ def _build_mlp(w, rng):
     hs = [s.i, s.j, s.l, s.o]
     Y = lt.Tensor(a["X"]).to(s.b, hs[0])
     for i in range(3):
-        W = lt.Tensor(a[f"W{i}"]).to(hs[i], hs[i + 1])
-        bias = lt.Tensor(a[f"b{i}"]).to(hs[i + 1])
+        W = lt.Tensor(a[f"W{i}"], constant=True).to(hs[i], hs[i + 1])
+        bias = lt.Tensor(a[f"b{i}"], constant=True).to(hs[i + 1])
         Y = lt.nn.relu(lt.nn.linear(Y, W, bias))
 
     def ref():
@@ -196,10 +198,10 @@ def _build_mbv3(w, rng):
     a = _mbv3_arrays(w, rng)
     s = lt.SymbolGenerator()
     X = lt.Tensor(a["X"]).to(s.h, s.w, s.c)
-    Wd = lt.Tensor(a["Wd"]).to(s.kr, s.ks, s.c)
+    Wd = lt.Tensor(a["Wd"], constant=True).to(s.kr, s.ks, s.c)
     D = lt.nn.relu(conv_tensor(X, Wd, s.c, pad=1, stride=1, depthwise=True))
     oh, ow, c = D.symbolic_shape
-    Y = lt.nn.relu((D * lt.Tensor(a["Wp"]).to(c, s.k)).sum(c))
+    Y = lt.nn.relu((D * lt.Tensor(a["Wp"], constant=True).to(c, s.k)).sum(c))
 
     def ref():
         d = np.maximum(dwconv_reference(a["X"], a["Wd"], 1, 1), 0)

@@ -45,6 +45,12 @@ def allocate(buf: Buffer) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat, buf.shape, tuple(s * dt.itemsize for s in buf.strides))
 
 
+def allocate_storage(buf: Buffer) -> np.ndarray:
+    """The zero-filled, cache-line aligned flat storage of a temporary buffer: what a kernel
+    addresses through the buffer's strides (padded strides leave gaps no view could show)."""
+    return empty_aligned((buf.size,), _dtype(buf.dtype).np)
+
+
 def random_array(buf: Buffer, rng: np.random.Generator) -> np.ndarray:
     """Random contents for a buffer: normal floats, small integers (so products stay exact)."""
     a = allocate(buf)

@@ -31,7 +31,7 @@ from ..dtypes import dtype as _dtype
 from ..errors import UnsupportedError
 from ..looptree import stats
 from ..looptree.ir import (
-    Access, Affine, Binary, Buffer, Compute, Load, Loop, LoopTree, Unary, loop_var, statements,
+    Access, Affine, Buffer, Compute, Load, Loop, LoopTree, loop_var, map_accesses, statements,
 )
 
 __all__ = ["split_padded_nests", "stage_padded_reads"]
@@ -250,7 +250,7 @@ def _restrict(tree: LoopTree, node: Loop, region: list[_Range], dims: dict[str, 
 
     def rec(n, enclosing: frozenset):
         if not isinstance(n, Loop):
-            return _map_accesses(n, access)
+            return map_accesses(n, access)
         dim = local.get(n.dim, n.dim)
         loop = replace(n, var=f"{n.var}_{tag}", dim=dim, body=tuple(rec(b, enclosing | {dim}) for b in n.body))
         if dim in sides and dim not in enclosing:
@@ -301,23 +301,6 @@ def _iterated_below(nodes, dim: str) -> bool:
         if isinstance(n, Compute) or (n.dim != dim and not _iterated_below(n.body, dim)):
             return False
     return True
-
-
-def _map_accesses(stmt: Compute, f) -> Compute:
-    """`stmt` with every access (its output and every read) replaced by `f(access)`."""
-
-    def expr(e):
-        if isinstance(e, Load):
-            return Load(f(e.access))
-        if isinstance(e, Unary):
-            return Unary(e.op, expr(e.x))
-        if isinstance(e, Binary):
-            return Binary(e.op, expr(e.a), expr(e.b))
-        return e
-
-    init = stmt.init if isinstance(stmt.init, (str, type(None))) else expr(stmt.init)
-    post = None if stmt.post is None else expr(stmt.post)
-    return replace(stmt, out=f(stmt.out), expr=expr(stmt.expr), init=init, post=post)
 
 
 # ---------------------------------------------------------------------------
@@ -423,7 +406,7 @@ def stage_padded_reads(tree: LoopTree) -> LoopTree:
     def fix(node, top):
         if isinstance(node, Loop):
             return replace(node, body=tuple(fix(n, top) for n in node.body))
-        return _map_accesses(node, lambda a: stage(a, top) if a.zero_pad else a)
+        return map_accesses(node, lambda a: stage(a, top) if a.zero_pad else a)
 
     written_in: dict[str, set[int]] = {}
     for top, node in enumerate(tree.body):

@@ -36,6 +36,7 @@ class GNode:
     pad: bool = False
     value: float = 0.0        # const
     arg: int = -1             # read: input index
+    constant: bool = False    # read: an input whose values stay fixed (see Tensor(constant=True))
     flat: tuple[str, ...] = ()
 
     def label(self) -> str:
@@ -199,7 +200,7 @@ def canonicalize(out, sizes) -> tuple[Graph, list]:
             if not any(r is n for r in reads):
                 reads.append(n)
             arg = next(k for k, r in enumerate(reads) if r is n)
-            ids[id(n)] = emit(op="read", vars=vs, dtype=n.dtype or "float32", arg=arg)
+            ids[id(n)] = emit(op="read", vars=vs, dtype=n.dtype or "float32", arg=arg, constant=n.constant)
         elif n.op == "const":
             consts[id(n)] = n.value
             ids[id(n)] = emit(op="const", value=n.value, dtype=None)
@@ -214,7 +215,7 @@ def canonicalize(out, sizes) -> tuple[Graph, list]:
             if rename and src.op == "read":
                 m = {v: t[0][0] for v, (t, _) in zip(src.vars, exprs)}
                 ids[id(n)] = emit(op="read", vars=tuple(m[v] for v in src.vars), dtype=src.dtype,
-                                  arg=src.arg)
+                                  arg=src.arg, constant=src.constant)
                 if vs != nodes[-1].vars:     # a transposed rename: keep the order as a view
                     base = ids[id(n)]
                     ids[id(n)] = emit(op="view", inputs=(base,), vars=vs, dtype=src.dtype,

@@ -210,7 +210,7 @@ def size_buffers(ctx: Ctx):
     """Buffers, and a rename of '#id' accesses to their buffer with scope-relative indices."""
     t, g = ctx.tree, ctx.tree.graph
     out_id = g.output.inputs[0]
-    buffers = [Buffer(f"in{g_.arg}", g_.dtype, tuple(g.size(v) for v in g_.vars), "input")
+    buffers = [Buffer(f"in{g_.arg}", g_.dtype, tuple(g.size(v) for v in g_.vars), "input", constant=g_.constant)
                for g_ in sorted({n.arg: n for n in g.nodes if n.op == "read"}.values(), key=lambda n: n.arg)]
     rename = {}
     for i, c in ctx.computes.items():

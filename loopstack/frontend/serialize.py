@@ -19,7 +19,8 @@ def serialize(tree: LoopTree) -> str:
         "inputs": g.n_inputs,
         "nodes": [{"id": n.id, "op": n.op, "fn": n.fn, "inputs": list(n.inputs), "vars": list(n.vars),
                    "dtype": n.dtype, "view": [[[list(t) for t in terms], c] for terms, c in n.view],
-                   "pad": n.pad, "value": n.value, "arg": n.arg, "flat": list(n.flat)}
+                   "pad": n.pad, "value": n.value, "arg": n.arg, "flat": list(n.flat),
+                   **({"constant": True} if n.constant else {})}
                   for n in g.nodes],
         "schedule": [{"node": i, "order": [list(e) for e in s.order], "priority": s.priority,
                       "layout": list(s.layout), "disabled": sorted(s.disabled),
@@ -37,7 +38,8 @@ def deserialize(text: str) -> LoopTree:
         nodes = tuple(GNode(id=n["id"], op=n["op"], fn=n["fn"], inputs=tuple(n["inputs"]),
                             vars=tuple(n["vars"]), dtype=n["dtype"],
                             view=tuple((tuple(tuple(t) for t in terms), c) for terms, c in n["view"]),
-                            pad=n["pad"], value=n["value"], arg=n["arg"], flat=tuple(n["flat"]))
+                            pad=n["pad"], value=n["value"], arg=n["arg"], flat=tuple(n["flat"]),
+                            constant=bool(n.get("constant", False)))
                       for n in doc["nodes"])
         graph = Graph(nodes, tuple((v, s) for v, s in doc["sizes"]), doc["inputs"])
         sched = tuple((s["node"], NodeSchedule(tuple(tuple(e) for e in s["order"]), s["priority"],

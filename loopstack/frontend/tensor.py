@@ -24,7 +24,7 @@ class Node:
     """One DSL node. op: read, const, view, unary, binary, reduce, flatten."""
 
     __slots__ = ("op", "fn", "inputs", "vars", "view", "pad", "value", "data", "dtype",
-                 "known", "linear", "products", "flat", "__weakref__")
+                 "known", "linear", "products", "flat", "constant", "__weakref__")
 
     def __init__(self, op, fn="", inputs=(), vars=(), view=(), pad=False, value=0.0,
                  data=None, dtype=None, flat=()):
@@ -34,6 +34,7 @@ class Node:
         self.linear: list = []      # (target, ((coeff, symbol), ...), const, origin)
         self.products: list = []    # (target, (symbols...), origin)
         self.flat = tuple(flat)
+        self.constant = False       # read: values fixed for the program's life (weights)
         if len(set(self.vars)) != len(self.vars):
             raise ShapeError(f"{op}: dimension {_dup(self.vars)} appears twice in "
                              f"[{', '.join(v.name for v in self.vars)}]")
@@ -70,9 +71,14 @@ def as_tensor(x) -> "Tensor":
 
 
 class Tensor:
-    """A lazy tensor: `Tensor(array)`, `Tensor(m, n)`, `Tensor(64, 32)`, `Tensor()`."""
+    """A lazy tensor: `Tensor(array)`, `Tensor(m, n)`, `Tensor(64, 32)`, `Tensor()`.
 
-    def __init__(self, *shape, dtype="float32"):
+    `constant=True` declares an input whose values stay fixed once bound, as a network's
+    weights do: a compiled kernel may then keep what it derives from them alone (a packed
+    copy) from one call to the next, and rebuilds it only when given another array. Writing
+    into the bound array afterwards is not seen by such a kernel."""
+
+    def __init__(self, *shape, dtype="float32", constant: bool = False):
         if len(shape) == 1 and isinstance(shape[0], (np.ndarray, list, tuple)) and \
                 not isinstance(shape[0], Symbol):
             arr = shape[0]
@@ -81,6 +87,7 @@ class Tensor:
             else:
                 arr = np.asarray(arr)
                 node = Node("read", vars=[_anon(i) for i in range(arr.ndim)])
+                node.constant = bool(constant)
                 self._node = node
                 self._schedule = None
                 self._cache = None
@@ -88,6 +95,7 @@ class Tensor:
                 return
         vars_ = []
         node = Node("read", dtype=_dtype(dtype).name)
+        node.constant = bool(constant)
         for i, s in enumerate(shape):
             if isinstance(s, Symbol):
                 vars_.append(s)

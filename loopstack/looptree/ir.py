@@ -33,7 +33,7 @@ buffer, so padding needs no special node.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator, Union
 
 from ..dtypes import dtype as _dtype
@@ -107,6 +107,9 @@ class Buffer:
     shape: tuple[int, ...]
     kind: str                    # "input", "output" or "temp"
     strides: tuple[int, ...] = ()  # in elements; row-major when empty
+    # an input whose values a kernel may treat as fixed (a network's weights): what the kernel
+    # derives from it alone, such as a packed copy, is computed once per array, not per call
+    constant: bool = False
 
     def __post_init__(self):
         _dtype(self.dtype)
@@ -234,6 +237,23 @@ class Compute:
     @property
     def is_copy(self) -> bool:
         return self.reduce is None and self.post is None and isinstance(self.expr, Load)
+
+
+def map_accesses(stmt: Compute, f) -> Compute:
+    """`stmt` with every access (its output and every read) replaced by `f(access)`."""
+
+    def expr(e):
+        if isinstance(e, Load):
+            return Load(f(e.access))
+        if isinstance(e, Unary):
+            return Unary(e.op, expr(e.x))
+        if isinstance(e, Binary):
+            return Binary(e.op, expr(e.a), expr(e.b))
+        return e
+
+    init = stmt.init if isinstance(stmt.init, (str, type(None))) else expr(stmt.init)
+    post = None if stmt.post is None else expr(stmt.post)
+    return replace(stmt, out=f(stmt.out), expr=expr(stmt.expr), init=init, post=post)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ INDENT = "  "
 def format_buffer(b) -> str:
     default = b.__class__(b.name, b.dtype, b.shape, b.kind).strides
     strides = "" if b.strides == default else f" strides [{', '.join(map(str, b.strides))}]"
-    return f"%{b.name}: {b.dtype}[{', '.join(map(str, b.shape))}] {b.kind}{strides}"
+    const = " constant" if b.constant else ""
+    return f"%{b.name}: {b.dtype}[{', '.join(map(str, b.shape))}] {b.kind}{const}{strides}"
 
 
 def format_loop(lp: Loop, extent: int, tail: int, number: int) -> str:

@@ -63,6 +63,8 @@ def _check_buffers(tree: LoopTree) -> dict:
             raise SymbolError(f"buffer {b.name} is declared twice")
         if b.kind not in BUFFER_KINDS:
             raise ShapeError(f"buffer {b.name} has kind {b.kind!r}; expected one of {', '.join(BUFFER_KINDS)}")
+        if b.constant and b.kind != "input":
+            raise ShapeError(f"buffer {b.name} is a {b.kind} marked constant; only inputs can be constant")
         if b.dtype not in DTYPES:
             raise DTypeError(f"buffer {b.name} has dtype {b.dtype}, not supported ({', '.join(DTYPES)})")
         if any(not isinstance(s, int) or s < 0 for s in b.shape):

@@ -386,13 +386,13 @@ AVX512 = get_target("avx512", check=False)
 def test_avx512_code_decodes(case):
     """Emitted for AVX-512 (no execution needed): every instruction decodes with iced-x86."""
     assume(not any(b.dtype in ("int8", "uint8", "int32") for b in case.tree.buffers))
-    _, _, segments = emit_x86(case.tree, AVX512)
+    _, _, segments, _ = emit_x86(case.tree, AVX512)
     for asm, _ in segments:
         decode_all(asm.bytes()[:asm.code_size])
 
 
 def test_avx512_block_uses_zmm_and_masks():
-    _, _, segments = emit_x86(matmul_tree(24, 40, 16, (("n", 32), ("m", 12), ("k", 1), ("m", 1), ("n", 1))), AVX512)
+    _, _, segments, _ = emit_x86(matmul_tree(24, 40, 16, (("n", 32), ("m", 12), ("k", 1), ("m", 1), ("n", 1))), AVX512)
     text = segments[0][0].listing()
     assert "zmm2" in text and "vfmadd231ps zmm" in text
     assert "{k" in text                                       # the 40 = 32 + 8 tail uses an opmask

@@ -1,10 +1,11 @@
 """compile_x86: a verified loop tree in, an x86-64 Kernel out.
 
-    split_padded_nests -> stage_padded_reads -> split_init_post -> check_parallel
-    -> one function per top-level node
+    split_padded_nests -> stage_padded_reads -> hoist_constant_packs -> split_init_post
+    -> check_parallel -> one function per top-level node
 
 Each top-level node becomes its own machine-code function `f(void **args, i64 start,
-i64 end)`; the Kernel calls them in order. A top-level loop annotated "parallel" is
+i64 end)`; the Kernel calls them in order, except that the leading nests which only pack
+constant inputs run when the kernel is given arrays it did not see in the call before. A top-level loop annotated "parallel" is
 split into chunks of iterations [start, end) run on a thread pool: cffi releases the
 GIL during the call, and every thread gets its own copy of the intermediates that live
 only inside that loop.
@@ -22,7 +23,8 @@ from ...isa.execmem import ExecutableCode, pointer_array
 from ...isa.target import get_target
 from ...isa.x86.assembler import Assembler
 from ...looptree.ir import Loop, LoopTree, loop_var, statements
-from ..kernel_base import KernelBase, allocate
+from ..kernel_base import KernelBase, allocate_storage
+from ..constants import hoist_constant_packs
 from ..rewrite import split_init_post, split_padded_nests, stage_padded_reads
 from .nest import SegmentCompiler, max_accumulators
 
@@ -39,10 +41,10 @@ def _pool() -> ThreadPoolExecutor:
 def compile_x86(tree: LoopTree, target=None, unroll_limit: int | None = None) -> "X86Kernel":
     t0 = time.perf_counter()
     target = get_target(target)          # a CPU without the instruction set fails here, before any code
-    lowered, parallel, segments = emit_x86(tree, target, unroll_limit)
+    lowered, parallel, segments, once = emit_x86(tree, target, unroll_limit)
     codes = ExecutableCode.batch([asm.bytes() for asm, _ in segments]) if segments else []
     kernel = X86Kernel(tree, lowered, target, [(c, asm, node) for c, (asm, node) in zip(codes, segments)],
-                       parallel)
+                       parallel, once)
     kernel.compile_ms = (time.perf_counter() - t0) * 1e3
     return kernel
 
@@ -50,7 +52,8 @@ def compile_x86(tree: LoopTree, target=None, unroll_limit: int | None = None) ->
 def emit_x86(tree: LoopTree, target, unroll_limit: int | None = None):
     """The machine code of a tree for `target`, without making it executable.
 
-    Returns (rewritten tree, temps private to parallel loops, [(Assembler, top-level node)]).
+    Returns (rewritten tree, temps private to parallel loops, [(Assembler, top-level node)],
+    the number of leading segments to run once per set of arrays).
     Emitting needs no CPU support, so code for any target can be inspected and decoded here."""
     limit = unroll_limit if unroll_limit is not None else target.unroll_limit
     if limit < 0:
@@ -60,7 +63,7 @@ def emit_x86(tree: LoopTree, target, unroll_limit: int | None = None):
             raise UnsupportedError(
                 f"the x86 backend computes in float32 (storage float32 or float16); buffer %{b.name} is "
                 f"{b.dtype} (use target='interp' for integer programs)")
-    lowered = stage_padded_reads(split_padded_nests(tree))
+    lowered, once = hoist_constant_packs(stage_padded_reads(split_padded_nests(tree)))
     lowered = split_init_post(lowered, target.lanes("float32"), lambda s: max_accumulators(target, s))
     parallel = check_parallel(lowered)
     slots = {b.name: i for i, b in enumerate(lowered.arguments + lowered.temps)}
@@ -69,7 +72,7 @@ def emit_x86(tree: LoopTree, target, unroll_limit: int | None = None):
         asm = Assembler()
         SegmentCompiler(asm, target, lowered, node, slots, limit).compile()
         segments.append((asm, node))
-    return lowered, parallel, segments
+    return lowered, parallel, segments, once
 
 
 def check_parallel(tree: LoopTree) -> set[str]:
@@ -100,21 +103,21 @@ def check_parallel(tree: LoopTree) -> set[str]:
 class X86Kernel(KernelBase):
     """Machine code for a loop tree, callable on numpy arrays."""
 
-    def __init__(self, tree: LoopTree, lowered: LoopTree, target, segments, private: set[str]):
+    def __init__(self, tree: LoopTree, lowered: LoopTree, target, segments, private: set[str], once: int = 0):
         super().__init__(tree)
         self.lowered = lowered
         self.target = target
         self._segments = segments
         self._private = private
         self.threads = os.cpu_count() or 1
-        self._shared = {t.name: allocate(t) for t in lowered.temps if t.name not in private}
+        self._shared = {t.name: allocate_storage(t) for t in lowered.temps if t.name not in private}
         self._per_thread: list[dict[str, np.ndarray]] = []
         self._arg_cache = None
         # per segment: (function, iterations, parallel?) — fixed at compile time, so a call
-        # only looks up its arguments' pointer block and calls
-        self._steps = [(c.func, _iterations(lowered, node),
-                        isinstance(node, Loop) and "parallel" in node.annotations)
-                       for c, _, node in segments]
+        # only looks up its arguments' pointer block and calls; the first `once` pack constants
+        steps = [(c.func, _iterations(lowered, node), isinstance(node, Loop) and "parallel" in node.annotations)
+                 for c, _, node in segments]
+        self._once, self._steps = steps[:once], steps[once:]
         self._parallel = any(parallel for _, _, parallel in self._steps)
 
     @property
@@ -134,7 +137,7 @@ class X86Kernel(KernelBase):
 
     def _temps(self, thread: int) -> dict[str, np.ndarray]:
         while len(self._per_thread) <= thread:
-            self._per_thread.append({t.name: allocate(t) for t in self.lowered.temps if t.name in self._private})
+            self._per_thread.append({t.name: allocate_storage(t) for t in self.lowered.temps if t.name in self._private})
         d = dict(self._shared)
         d.update(self._per_thread[thread])
         return d
@@ -160,6 +163,8 @@ class X86Kernel(KernelBase):
                 self.check_arguments(arrays)
             ptrs = [self._pointers(arrays, t) for t in range(threads)]
             cache = self._arg_cache = (key, ptrs, arrays, ptrs[0].cdata)
+            for func, n, _ in self._once:
+                func(cache[3], 0, n)
         block = cache[3]
         for func, n, parallel in self._steps:
             if parallel and threads > 1:
