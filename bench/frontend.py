@@ -64,9 +64,9 @@ def bench(name, build, target, reps):
     kernel = T.compile(target)
     T.numpy(target)
     # (x86: every step of the call but the machine code itself, i.e. the argument lookup too)
-    field = "_steps" if hasattr(kernel, "_steps") else "_execute"
+    field = "_run" if hasattr(kernel, "_run") else "_execute"
     real = getattr(kernel, field)
-    setattr(kernel, field, [] if field == "_steps" else (lambda arrays, checked=True: None))
+    setattr(kernel, field, (lambda: None) if field == "_run" else (lambda arrays, checked=True: None))
     over = []
     try:
         for _ in range(200):

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from operator import is_
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from ..rewrite import split_init_post, split_padded_nests, stage_padded_reads
 from .nest import SegmentCompiler, max_accumulators
 
 _POOL: ThreadPoolExecutor | None = None
+_UNBOUND = (object(),)      # no call's arguments are these
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -112,7 +115,8 @@ class X86Kernel(KernelBase):
         self.threads = os.cpu_count() or 1
         self._shared = {t.name: allocate_storage(t) for t in lowered.temps if t.name not in private}
         self._per_thread: list[dict[str, np.ndarray]] = []
-        self._arg_cache = None
+        self._bound: tuple = _UNBOUND    # the arrays of the last call
+        self._run = None
         # per segment: (function, iterations, parallel?) — fixed at compile time, so a call
         # only looks up its arguments' pointer block and calls; the first `once` pack constants
         steps = [(c.func, _iterations(lowered, node), isinstance(node, Loop) and "parallel" in node.annotations)
@@ -149,28 +153,43 @@ class X86Kernel(KernelBase):
         return pointer_array(bufs, [b.kind != "input" for b in params], [b.name for b in params])
 
     def __call__(self, *arrays: np.ndarray) -> None:
-        self._execute(arrays, checked=False)
+        bound = self._bound
+        if len(arrays) != len(bound) or not all(map(is_, arrays, bound)):
+            self._bind(arrays, checked=False)
+        self._run()
 
     def _execute(self, arrays, checked: bool = True) -> None:
-        # The pointer block of the last arrays is kept with the arrays themselves: their ids
-        # cannot be reused while cached, and an array that is referenced cannot be resized, so
-        # the same objects passed again are the same memory and need no second check.
-        threads = self.threads if self._parallel else 1     # one pointer block per thread
-        key = (threads, *map(id, arrays))
-        cache = self._arg_cache
-        if cache is None or cache[0] != key:
-            if not checked:
-                self.check_arguments(arrays)
-            ptrs = [self._pointers(arrays, t) for t in range(threads)]
-            cache = self._arg_cache = (key, ptrs, arrays, ptrs[0].cdata)
-            for func, n, _ in self._once:
-                func(cache[3], 0, n)
-        block = cache[3]
-        for func, n, parallel in self._steps:
-            if parallel and threads > 1:
-                self._run_parallel(func, n, cache[1])
-            else:
-                func(block, 0, n)
+        bound = self._bound
+        if len(arrays) != len(bound) or not all(map(is_, arrays, bound)):
+            self._bind(arrays, checked)
+        self._run()
+
+    def _bind(self, arrays, checked: bool) -> None:
+        """Check new arrays, build their pointer blocks (one per thread when a segment runs in
+        parallel), pack their constants, and make the call that runs every step on them.
+
+        The arrays are kept bound: while referenced, their ids cannot be reused and they cannot
+        be resized, so the same objects passed again are the same memory and need no check."""
+        if not checked:
+            self.check_arguments(arrays)
+        threads = self.threads if self._parallel else 1
+        ptrs = [self._pointers(arrays, t) for t in range(threads)]
+        block = ptrs[0].cdata
+        for func, n, _ in self._once:
+            func(block, 0, n)
+        self._bound = tuple(arrays)
+        steps = self._steps
+        if len(steps) == 1 and not (steps[0][2] and threads > 1):
+            self._run = partial(steps[0][0], block, 0, steps[0][1])
+            return
+
+        def run() -> None:
+            for func, n, parallel in steps:
+                if parallel and threads > 1:
+                    self._run_parallel(func, n, ptrs)
+                else:
+                    func(block, 0, n)
+        self._run = run
 
     def _run_parallel(self, func, n: int, ptrs) -> None:
         t = min(self.threads, n)
