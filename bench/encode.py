@@ -5,7 +5,10 @@ and add/cmp/jne loop control; once with VEX (AVX2/FMA) and once with EVEX (zmm, 
 {1toN}, masks). The body is emitted 20 times: `vex`/`evex` with the same operand objects each
 time (what a code generator that keeps its operands per call site gives the assembler), and
 `*_fresh_mem` with new Mem objects for every instruction (what one that builds each address
-anew gives it: the assembler then works out each Mem's template shape again). Also the time to make a callable from bytes when `loopstack.isa.execmem` exists.
+anew gives it), built before the clock starts. A Mem works out its template shape as it is
+built, so what building costs is the `mem_build` row: making the Mems of both `*_fresh_mem`
+runs alone, per second (its instr column counts Mems). Also the time to make a callable from
+bytes when `loopstack.isa.execmem` exists.
 
     python bench/encode.py [--json FILE] [--rounds N] [--cpu]
 
@@ -19,7 +22,6 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -63,10 +65,14 @@ def _evex_body() -> list[tuple]:
 _clock = time.perf_counter
 
 
+def _fields(m: Mem) -> tuple:
+    return tuple(getattr(m, f) for f in Mem.__match_args__)
+
+
 def _operand(o, top, fresh: bool):
     if o == "top":
         return top
-    return replace(o) if fresh and isinstance(o, Mem) else o
+    return Mem(*_fields(o)) if fresh and isinstance(o, Mem) else o
 
 
 def _run(body: list[tuple], copies: int, fresh: bool) -> tuple[float, int, bytes]:
@@ -99,6 +105,19 @@ def measure(body: list[tuple], rounds: int, copies: int = 20, fresh: bool = Fals
     return {"instr_per_s": n / t, "us": t * 1e6, "instructions": n, "code_bytes": len(code)}
 
 
+def measure_mem_build(bodies: list[list[tuple]], rounds: int, copies: int = 20) -> dict:
+    """Building the Mems of `copies` copies of each body, from their fields, as `Mem(...)` calls."""
+    fields = [_fields(o) for body in bodies for _, *ops in body for o in ops if isinstance(o, Mem)] * copies
+    times = []
+    for _ in range(rounds):
+        t0 = _clock()
+        for f in fields:
+            Mem(*f)
+        times.append(_clock() - t0)
+    t = statistics.median(times)
+    return {"instr_per_s": len(fields) / t, "us": t * 1e6, "instructions": len(fields)}
+
+
 def measure_callable(code: bytes, rounds: int) -> dict | None:
     try:
         from loopstack.isa.execmem import ExecutableCode
@@ -128,6 +147,9 @@ def main(argv=None) -> int:
         r = measure(body, args.rounds, fresh=fresh)
         print(f"{name:<16}{r['instructions']:>8}{r['code_bytes']:>9}{r['us']:>12.0f}{r['instr_per_s'] / 1e6:>12.2f}")
         records.append({"name": name, **r})
+    r = measure_mem_build([b for _, b in mixes], args.rounds)
+    print(f"{'mem_build':<16}{r['instructions']:>8}{'':>9}{r['us']:>12.0f}{r['instr_per_s'] / 1e6:>12.2f}")
+    records.append({"name": "mem_build", **r})
     ret = Assembler()
     ret.ret()
     c = measure_callable(ret.bytes(), args.rounds)

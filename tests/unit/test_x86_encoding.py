@@ -4,7 +4,6 @@ Every table row is encoded with a spread of registers (low, r8-r15 / xmm8-15, 16
 and addressing modes, decoded, and compared operand by operand (not byte by byte, so legal
 alternative encodings do not fail). Hypothesis draws further registers and displacements.
 """
-import dataclasses
 import pickle
 import re
 
@@ -19,7 +18,7 @@ from loopstack.isa.x86.forms import FORMS, LOOKUP
 from loopstack.isa.x86.operands import (GPR8, GPR32, GPR64, K, NOT_TEMPLATED, RIP, XMM, YMM, ZMM, Gpr,
                                         Label, MaskReg, Mem, Vec, cl, eax, k1, k2, r8, r12, r13, rax, rbp,
                                         rbx, rcx, rdi, rdx, rsi, rsp, xmm0, ymm0, ymm1, ymm2, ymm3, ymm8,
-                                        zmm0, zmm1, zmm2, zmm3, zmm29, zmm30, zmm31, mem_template_shape)
+                                        zmm0, zmm1, zmm2, zmm3, zmm29, zmm30, zmm31)
 
 iced = pytest.importorskip("iced_x86")
 capstone = pytest.importorskip("capstone")
@@ -596,6 +595,21 @@ def test_templates_match_encoders(case, disps):
         assert asm.bytes() == want * 2, (v, asm.bytes().hex(), want.hex())
 
 
+def _replaced(m: Mem, **changes) -> Mem:
+    """A new Mem with the fields of `m` but for `changes`."""
+    return Mem(**{f: changes.get(f, getattr(m, f)) for f in Mem.__match_args__})
+
+
+def test_mem_is_a_value():
+    m = Mem(rdi, rax, 4, 64, 512, False, None, k1)
+    assert m == _replaced(m) and hash(m) == hash(_replaced(m)) and m is not _replaced(m)
+    assert m != _replaced(m, disp=0) and m != (rdi, rax, 4, 64, 512, False, None, k1)
+    assert pickle.loads(pickle.dumps(m)) == m and {m: 1}[Mem(rdi, rax, 4, 64, 512, mask=k1)] == 1
+    assert repr(Mem(rdi, disp=8)) == ("Mem(base=Gpr(num=7, bits=64), index=None, scale=1, disp=8, bits=None, "
+                                      "broadcast=False, label=None, mask=None)")
+    assert (m + 8).disp == 72 and m.with_bits(256).bits == 256 and m.bcst(32).broadcast and m.masked(k2).mask == k2
+
+
 def test_template_codes_and_shapes():
     """One code per interned register; a Mem's shape changes with every field but the
     displacement, is never a register code, and stands for values, not objects."""
@@ -604,17 +618,19 @@ def test_template_codes_and_shapes():
     assert len(codes) == len(regs) and None not in codes
     assert Vec(3, 256)._template_code is None and ymm3.masked(k1)._template_code is None
     base = Mem(rdi, rax, 4, 64, 512, False, None, k1)
-    others = [dataclasses.replace(base, **{field: value}) for field, value in (
+    others = [_replaced(base, **{field: value}) for field, value in (
         ("base", rsi), ("index", rcx), ("index", None), ("scale", 8), ("bits", 256), ("bits", None),
         ("broadcast", True), ("mask", k2), ("mask", None))]
-    shapes = [mem_template_shape(m) for m in [base] + others]
-    assert len(set(shapes)) == len(shapes) and not set(shapes) & codes
-    assert base._template_shape == shapes[0]                    # kept on the object
-    assert mem_template_shape(dataclasses.replace(base, disp=-8)) == shapes[0]
-    assert mem_template_shape(pickle.loads(pickle.dumps(base))) == shapes[0]
-    for m in (Mem(RIP, disp=8), Mem(None, rax, 8), Mem(Gpr(7)), Mem(rdi, disp=1.0), Mem(rdi, rax, 2.0),
-              Mem(rdi, rax, 3), Mem(rdi, rsp), Mem(rdi, mask=MaskReg(1)), Mem(rdi, bits=100)):
-        assert mem_template_shape(m) == NOT_TEMPLATED, m
+    shapes = [m._template_shape for m in [base] + others]
+    assert len(set(shapes)) == len(shapes) and not set(shapes) & codes and NOT_TEMPLATED not in shapes
+    assert _replaced(base, disp=-8)._template_shape == shapes[0]
+    assert (base + 8)._template_shape == shapes[0]
+    assert pickle.loads(pickle.dumps(base))._template_shape == shapes[0]
+    for m in (Mem(RIP, disp=8), Mem(None, rax, 8), Mem(Gpr(7)), Mem(eax), Mem(ymm3), Mem(rdi, disp=1.0),
+              Mem(rdi, rax, 2.0), Mem(rdi, rax, True), Mem(rdi, bits=64.0), Mem(rdi, rax, 3), Mem(rdi, rsp),
+              Mem(rdi, Gpr(0)), Mem(rdi, mask=MaskReg(1)), Mem(rdi, mask=ymm1), Mem(rdi, bits=100),
+              Mem(rdi, scale=[1])):
+        assert m._template_shape == NOT_TEMPLATED, m
 
 
 def test_kept_instructions_follow_operand_values():
@@ -647,7 +663,7 @@ def test_kept_instructions_follow_operand_values():
     want = b""
     for _ in range(3):                      # the first round encodes, later ones find what was kept
         for mnemonic, ops in cases:
-            ops = tuple(dataclasses.replace(o) if isinstance(o, Mem) else o for o in ops)
+            ops = tuple(_replaced(o) if isinstance(o, Mem) else o for o in ops)
             asm.emit(mnemonic, *ops)
             want += encode(LOOKUP[(mnemonic,) + tuple(_kind(o) for o in ops)], *ops)
     assert asm.bytes() == want

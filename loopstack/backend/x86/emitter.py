@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 
 from ...errors import UnsupportedError
-from ...isa.x86.operands import K, Gpr, Mem, Vec
+from ...isa.x86.operands import K, Gpr, Mem, Vec, eax
 from ...looptree.ir import REDUCE_IDENTITY, Acc, Access, Binary, Compute, Const, Load, LoopTree, Unary, expr_loads
 from ..analysis import ByteMap, byte_map, element_stride
 from .values import RegisterFile, Val, vreg
@@ -119,8 +119,8 @@ class Emitter:
             k = self._masks.get(lanes)
             if k is None:
                 k = self._masks[lanes] = K[1 + len(self._masks) % 6]   # k7 is the blend mask
-                self.asm.emit("mov", Gpr(0, 32), (1 << lanes) - 1)
-                self.asm.emit("kmovw", k, Gpr(0, 32))
+                self.asm.emit("mov", eax, (1 << lanes) - 1)
+                self.asm.emit("kmovw", k, eax)
             return k
         key = ("mask", lanes)
         reg = self.regs.cache.get(key)
@@ -194,8 +194,8 @@ class Emitter:
             if kind == "vec":
                 self._load_f16_lanes(reg, m, shape)
                 return
-            a.emit("movzx", Gpr(0, 32), m.with_bits(16))
-            a.emit("vmovd", x, Gpr(0, 32))
+            a.emit("movzx", eax, m.with_bits(16))
+            a.emit("vmovd", x, eax)
             a.emit("vcvtph2ps", x, x)
             if kind == "bcast":
                 a.emit("vbroadcastss", self.v(reg, shape), x)
@@ -377,8 +377,8 @@ class Emitter:
         if self.avx512:
             # merge-masked load of the identity into the lanes outside the tail
             inv = K[7]
-            self.asm.emit("mov", Gpr(0, 32), (~((1 << shape.lanes) - 1)) & 0xFFFF)
-            self.asm.emit("kmovw", inv, Gpr(0, 32))
+            self.asm.emit("mov", eax, (~((1 << shape.lanes) - 1)) & 0xFFFF)
+            self.asm.emit("kmovw", inv, eax)
             self.asm.emit("vmovups", vreg(val.reg, 512).masked(inv), ident.with_bits(512))
         else:
             self.regs.pinned.add(val.reg)

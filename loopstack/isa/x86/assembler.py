@@ -29,7 +29,7 @@ from ...errors import EncodingError
 from .encode import compile_form, finish_mem
 from .forms import FORMS_BY_MNEMONIC, LOOKUP, MNEMONICS
 from .operands import (GPR8, GPR32, GPR64, K, NOT_TEMPLATED, RIP, XMM, YMM, ZMM, Gpr, Label,
-                       MaskReg, Mem, Vec, mem_template_shape)
+                       MaskReg, Mem, Vec)
 
 
 def _table_entry(key: tuple, f) -> tuple:
@@ -210,10 +210,7 @@ class Assembler:
             if n == 3:
                 a, b, c = ops
                 if type(c) is Mem:
-                    shape = c._template_shape
-                    if shape is None:
-                        shape = mem_template_shape(c)
-                    key = (mnemonic, a._template_code, b._template_code, shape, c.disp)
+                    key = (mnemonic, a._template_code, b._template_code, c._template_shape, c.disp)
                     table = _KEPT_MEM
                 elif type(c) is int:
                     key = (mnemonic, a._template_code, b._template_code, c)
@@ -223,16 +220,10 @@ class Assembler:
             elif n == 2:
                 a, b = ops
                 if type(b) is Mem:
-                    shape = b._template_shape
-                    if shape is None:
-                        shape = mem_template_shape(b)
-                    key = (mnemonic, a._template_code, shape, b.disp)
+                    key = (mnemonic, a._template_code, b._template_shape, b.disp)
                     table = _KEPT_MEM
                 elif type(a) is Mem:
-                    shape = a._template_shape
-                    if shape is None:
-                        shape = mem_template_shape(a)
-                    key = (mnemonic, shape, b._template_code, a.disp)
+                    key = (mnemonic, a._template_shape, b._template_code, a.disp)
                     table = _KEPT_MEM
                 elif type(b) is int:
                     key = (mnemonic, a._template_code, b)

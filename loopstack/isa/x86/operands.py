@@ -1,7 +1,7 @@
 """x86-64 operands: registers, memory references, labels.
 
-Plain immutable values; the encoder reads their fields, the listing prints them in
-Intel syntax. Nothing here knows about instructions.
+Plain values, never changed once made; the encoder reads their fields, the listing prints them
+in Intel syntax. Nothing here knows about instructions.
 """
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ class Gpr:
     num: int
     bits: int = 64
 
-    _template_code = None           # not a field: see "Template codes" below
+    # not fields: see "Template codes" below
+    _template_code = None
+    _base_field = None
+    _index_field = None
 
     @property
     def name(self) -> str:
@@ -87,7 +90,9 @@ class MaskReg:
 
     num: int
 
-    _template_code = None           # not a field: see "Template codes" below
+    # not fields: see "Template codes" below
+    _template_code = None
+    _mask_field = None
 
     @property
     def name(self) -> str:
@@ -101,29 +106,67 @@ RIP = "rip"
 
 
 _set_attribute = object.__setattr__      # sets what is not a field, past a frozen dataclass's __setattr__
+_MEM_FIELDS = ("base", "index", "scale", "disp", "bits", "broadcast", "label", "mask")
 
 
-@dataclass(frozen=True)
 class Mem:
     """[base + index*scale + disp], or [rip + label + disp] for the constant pool.
 
     `bits` is the access size when the form needs it (8..512); `broadcast` marks an
     AVX-512 embedded broadcast `{1toN}` of a single element of `bits` bits.
+
+    A value, equal and hashed by its fields, which are never assigned after `__init__`. Not a
+    frozen dataclass: the code generator builds one per memory operand, and plain slot stores
+    cost a fraction of a frozen dataclass's `object.__setattr__` calls.
     """
 
-    base: Gpr | str | None = None   # a Gpr, RIP, or None (absolute disp32 / index only)
-    index: Gpr | None = None
-    scale: int = 1
-    disp: int = 0
-    bits: int | None = None
-    broadcast: bool = False
-    label: "Label | None" = None    # with base=RIP: address of this label + disp
-    mask: "MaskReg | None" = None   # AVX-512 masked store destination `[mem]{k}`
+    __slots__ = _MEM_FIELDS + ("_template_shape",)
+    __match_args__ = _MEM_FIELDS
+    _template_code = None           # a Mem is no register: see "Template codes" below
 
-    # not fields, see "Template codes" below: a Mem is no register, and its shape is None until
-    # `mem_template_shape` computes it and keeps it on the object
-    _template_code = None
-    _template_shape = None
+    def __init__(self, base: Gpr | str | None = None, index: Gpr | None = None, scale: int = 1, disp: int = 0,
+                 bits: int | None = None, broadcast: bool = False, label: Label | None = None,
+                 mask: MaskReg | None = None):
+        self.base = base            # a Gpr, RIP, or None (absolute disp32 / index only)
+        self.index = index
+        self.scale = scale
+        self.disp = disp
+        self.bits = bits
+        self.broadcast = broadcast
+        self.label = label          # with base=RIP: address of this label + disp
+        self.mask = mask            # AVX-512 masked store destination `[mem]{k}`
+        # the template shape (see "Template codes" below). A field with no value there fails:
+        # AttributeError for a base that is no Gpr (rip, none) or an index or mask of another
+        # class, TypeError for the None of a register with no value in its place (one that is not
+        # interned, rsp as an index), KeyError for a scale or size not in its dict
+        try:
+            shape = (base._base_field | (_NO_INDEX if index is None else index._index_field)
+                     | _SCALE_FIELD[scale] | _BITS_FIELD[bits] | (_BROADCAST_BIT if broadcast else 0)
+                     | (0 if mask is None else mask._mask_field))
+        except (AttributeError, TypeError, KeyError):
+            shape = NOT_TEMPLATED
+        # numbers of type int only: the displacement is a dict key next to the shape, and 2.0 or
+        # True would find the entries of 2 and 1, while they print differently
+        if type(disp) is not int or type(scale) is not int or not (bits is None or type(bits) is int):
+            shape = NOT_TEMPLATED
+        self._template_shape = shape
+
+    def _fields(self) -> tuple:
+        return (self.base, self.index, self.scale, self.disp, self.bits, self.broadcast, self.label, self.mask)
+
+    def __eq__(self, other) -> bool:
+        if type(other) is not Mem:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __reduce__(self) -> tuple:
+        return Mem, self._fields()
+
+    def __repr__(self) -> str:
+        return "Mem(" + ", ".join(f"{n}={v!r}" for n, v in zip(_MEM_FIELDS, self._fields())) + ")"
 
     def with_bits(self, bits: int) -> "Mem":
         return Mem(self.base, self.index, self.scale, self.disp, bits, self.broadcast, self.label, self.mask)
@@ -204,61 +247,29 @@ globals().update({r.name: r for r in GPR32 + GPR8 + XMM + YMM + ZMM + K})
 #     encoded in full every time.
 #   - A Mem's template shape packs its base, index, scale, size, broadcast and mask into
 #     _SHAPE_BITS bits, the top one set so that no shape is a register code; the assembler puts
-#     the displacement next to it. A Mem with a field outside the values numbered here (a rip
-#     base, a register that is not one of the objects above, a displacement that is no int,
-#     ...) has NOT_TEMPLATED. `mem_template_shape` computes it at a Mem's first emit and keeps
-#     it on the object, so a Mem emitted again costs one attribute read.
+#     the displacement next to it. `Mem.__init__` works it out from the field values below,
+#     which the interned registers carry as attributes (a base, index or mask register adds its
+#     own, with no dict lookup) and the dicts hold for the other fields. A Mem with a field
+#     outside these values (a rip base, a register that is not one of the objects above, a
+#     displacement that is no int, ...) has NOT_TEMPLATED.
 # Both stand for the operand's value, not for the object, so a copy (pickled, say) may keep them.
 for _code, _reg in enumerate(GPR64 + GPR32 + GPR8 + XMM + YMM + ZMM + K, start=1):
     _set_attribute(_reg, "_template_code", _code)
 
 NOT_TEMPLATED = "not templated"         # a str: it pickles as itself and is no register code
 _SHAPE_BITS = 19
-# each field's values, already shifted into place; the top bit of the shape is the tag
-_BASE_FIELD = {id(r): r.num for r in GPR64}                                        # bits 0-3
-_INDEX_FIELD = {id(r): r.num << 4 for r in GPR64 if r.num != 4} | {id(None): 4 << 4}  # bits 4-7 (4: none)
+# each field's values, already shifted into place; the base, which every shape has, sets the tag
+_SHAPE_TAG = 1 << (_SHAPE_BITS - 1)
+for _reg in GPR64:
+    _set_attribute(_reg, "_base_field", _SHAPE_TAG | _reg.num)                    # bits 0-3
+    if _reg.num != 4:                                                              # rsp is no index
+        _set_attribute(_reg, "_index_field", _reg.num << 4)                        # bits 4-7
+_NO_INDEX = 4 << 4
 _SCALE_FIELD = {1: 0 << 8, 2: 1 << 8, 4: 2 << 8, 8: 3 << 8}                        # bits 8-9
 _BITS_FIELD = {b: i << 10 for i, b in enumerate((None, 8, 16, 32, 64, 128, 256, 512))}  # bits 10-12
 _BROADCAST_BIT = 1 << 13
-_MASK_FIELD = {id(k): (k.num + 1) << 14 for k in K} | {id(None): 0}                # bits 14-17 (0: none)
-_SHAPE_TAG = 1 << (_SHAPE_BITS - 1)
-# (id(base), id(index), scale, bits, broadcast, id(mask)) -> shape or NOT_TEMPLATED, for the
-# fields of Mems met before. Only the interned registers and None give a shape, and they live
-# as long as the process; so an id here that is not one of theirs belonged to an object that
-# gave NOT_TEMPLATED, and any later object with that id gives NOT_TEMPLATED too: the entry
-# stays right after its object is gone. Bounded: cleared when full.
-_SHAPES: dict[tuple, int | str] = {}
-
-
-def mem_template_shape(m: Mem) -> int | str:
-    """The template shape of `m` (see "Template codes"), computed at the first call and kept on
-    `m` (a frozen Mem never changes), where `m._template_shape` then finds it."""
-    shape = m._template_shape
-    if shape is not None:
-        return shape
-    shape = _SHAPES.get((id(m.base), id(m.index), m.scale, m.bits, m.broadcast, id(m.mask)))
-    if shape is None:
-        shape = _shape_from_fields(m)
-    # numbers of type int only: the displacement is a dict key next to the shape, and 2.0 or
-    # True would find the entries of 2 and 1, while they print differently
-    if type(m.disp) is not int or type(m.scale) is not int or not (m.bits is None or type(m.bits) is int):
-        shape = NOT_TEMPLATED
-    _set_attribute(m, "_template_shape", shape)     # an instance attribute: as fast as a field
-    return shape
-
-
-def _shape_from_fields(m: Mem) -> int | str:
-    """The shape of `m` from its fields, remembered in _SHAPES."""
-    base, index, scale = _BASE_FIELD.get(id(m.base)), _INDEX_FIELD.get(id(m.index)), _SCALE_FIELD.get(m.scale)
-    bits, mask = _BITS_FIELD.get(m.bits), _MASK_FIELD.get(id(m.mask))
-    if None in (base, index, scale, bits, mask):
-        shape = NOT_TEMPLATED
-    else:
-        shape = _SHAPE_TAG | base | index | scale | bits | mask | (_BROADCAST_BIT if m.broadcast else 0)
-    if len(_SHAPES) >= 1 << 16:
-        _SHAPES.clear()
-    _SHAPES[id(m.base), id(m.index), m.scale, m.bits, m.broadcast, id(m.mask)] = shape
-    return shape
+for _reg in K:
+    _set_attribute(_reg, "_mask_field", (_reg.num + 1) << 14)                      # bits 14-17 (0: none)
 
 
 # System V AMD64 calling convention
