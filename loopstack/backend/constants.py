@@ -40,7 +40,7 @@ def hoist_constant_packs(tree: LoopTree) -> tuple[LoopTree, int]:
     that need to run only once per set of arrays)."""
     constants = {b.name for b in tree.inputs if b.constant}
     hoisted: list = []
-    tried: set[str] = set()
+    tried: set[str] = set()     # by name: a hoist rebuilds every statement object
     while constants:
         found = _next_candidate(tree, constants, tried)
         if found is None:
@@ -58,8 +58,9 @@ def hoist_constant_packs(tree: LoopTree) -> tuple[LoopTree, int]:
 
 def _next_candidate(tree: LoopTree, constants: set[str], tried: set[str]):
     writers: dict[str, int] = {}
-    for s in statements_of(tree):
-        writers[s.out.buffer] = writers.get(s.out.buffer, 0) + 1
+    for _, s in tree.walk():
+        if isinstance(s, Compute):
+            writers[s.out.buffer] = writers.get(s.out.buffer, 0) + 1
     temps = {b.name for b in tree.temps}
     for stack, node in tree.walk():
         if isinstance(node, Compute) and node.name not in tried and node.is_copy \
@@ -67,11 +68,6 @@ def _next_candidate(tree: LoopTree, constants: set[str], tried: set[str]):
                 and writers[node.out.buffer] == 1:
             return stack, node
     return None
-
-
-def statements_of(tree: LoopTree):
-    for top in tree.body:
-        yield from statements(top)
 
 
 def _hoist(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute):

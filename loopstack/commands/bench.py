@@ -298,6 +298,9 @@ def run(args) -> int:
     judged = sum(verdict(r)[0] != "-" for r in rows)
     print(f"\n{met}/{judged} workloads meet their targets; peak {rows[0]['peak_gflops']:.1f} GFLOPS"
           if rows else "no workloads")
+    if any(w.kind != "mm" for w in workloads):
+        print("(network weights and biases are constant inputs: their packed copies are built once, "
+              "at the first call)")
     if args.json:
         import json
 
