@@ -80,7 +80,7 @@ def _hoist(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute):
     out_names = stmt.out.names()
     used = {n for a in (stmt.out, stmt.expr.access) for n in a.names()}
     tiled = [lp for lp in outer if loop_var(lp.var) in out_names]
-    kept = [lp for lp in outer if loop_var(lp.var) in out_names or lp.dim in used or loop_var(lp.var) in used]
+    kept = [lp for lp in outer if lp.dim in used or loop_var(lp.var) in used]
     readers = [(st, s) for st, s in tree.walk() if isinstance(s, Compute) and s is not stmt
                and any(a.buffer == buf.name for a in s.reads())]
     if not readers or any(not all(any(x is lp for x in st) for lp in tiled) for st, _ in readers):

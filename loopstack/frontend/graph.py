@@ -112,6 +112,21 @@ class Graph:
         return "\n".join(lines)
 
 
+def view_source_index(view: GNode, source: GNode, idx: dict) -> dict:
+    """The index of `view`'s source at the point `idx` of the view: per source var, (terms,
+    const) over whatever `idx` is written in. A view var `idx` leaves out stands for itself."""
+    out = {}
+    for v, (terms, const) in zip(source.vars, view.view):
+        t, c = {}, const
+        for name, k in terms:
+            sub_t, sub_c = idx.get(name, ({name: 1}, 0))
+            for x, y in sub_t.items():
+                t[x] = t.get(x, 0) + k * y
+            c += k * sub_c
+        out[v] = ({x: y for x, y in t.items() if y}, c)
+    return out
+
+
 def _names(nodes) -> dict:
     """Unique, deterministic names for the symbols of a program (first appearance order)."""
     names, taken = {}, set()

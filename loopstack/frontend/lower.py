@@ -30,6 +30,7 @@ from ..looptree.ir import (
     Acc, Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree as IRTree, Unary, loop_var,
     substitute_acc,
 )
+from .graph import view_source_index
 from .tree import LoopTree, steps
 
 
@@ -70,16 +71,7 @@ def _resolve(ctx: Ctx, i: int, idx: dict, padded: bool, user: int) -> object:
         return Const(float(n.value))
     if n.op == "view":
         src = g.node(n.inputs[0])
-        new = {}
-        for v, (terms, const) in zip(src.vars, n.view):
-            tt, c = {}, const
-            for name, k in terms:
-                st, sc = idx[name]
-                for x, y in st.items():
-                    tt[x] = tt.get(x, 0) + k * y
-                c += k * sc
-            new[v] = (tt, c)
-        return _resolve(ctx, src.id, new, padded or n.pad, user)
+        return _resolve(ctx, src.id, view_source_index(n, src, idx), padded or n.pad, user)
     if n.op == "read":
         acc = Access(f"in{n.arg}", tuple(_aff(*idx[v]) for v in n.vars), padded)
         return Load(acc)

@@ -26,7 +26,7 @@ import heapq
 from dataclasses import dataclass, replace
 
 from ..errors import ScheduleError
-from .graph import SCHEDULED, Graph
+from .graph import SCHEDULED, Graph, view_source_index
 
 Entry = tuple  # (var, size, tail)
 
@@ -118,17 +118,7 @@ def dependencies(graph: Graph) -> tuple[dict, dict]:
             acc.setdefault(i, set()).update(bad)
             return
         if n.op == "view":
-            src = graph.node(n.inputs[0])
-            new = {}
-            for v, (terms, const) in zip(src.vars, n.view):
-                t, c = {}, const
-                for name, k in terms:
-                    sub_t, sub_c = idx.get(name, ({name: 1}, 0))
-                    for x, y in sub_t.items():
-                        t[x] = t.get(x, 0) + k * y
-                    c += k * sub_c
-                new[v] = ({x: y for x, y in t.items() if y}, c)
-            walk(n.inputs[0], new, acc)
+            walk(n.inputs[0], view_source_index(n, graph.node(n.inputs[0]), idx), acc)
         for j in (n.inputs if n.op != "view" else ()):
             walk(j, {}, acc)
 
