@@ -2,11 +2,16 @@
 
     python bench/tune.py [--workloads MM-128,MM-256,...] [--budget 60] [--workers 1]
                          [--mappers scripted/measure,evolutionary/learned] [--db PATH]
-                         [--plot DIR] [--json FILE]
+                         [--plot DIR] [--json FILE] [--from default|unscheduled]
 
 For each workload and each mapper/cost-model pair: best GFLOPS, % of peak, default GFLOPS,
-candidates measured, and the number of measured candidates each search needed to reach the
-scripted tuner's best (within 1%).  Then a sweep of matmul schedules (register blocks x
+the starting schedule's GFLOPS, candidates measured, and the number of measured candidates
+each search needed to reach the scripted tuner's best (within 1%); then the tuning curves,
+summarised as the best GFLOPS after 5, 10, 20, ... measured candidates.  `--from unscheduled` starts every search from the
+program's loops as written instead of loopstack's default schedule, so the searches are
+compared without the head start a near-best default gives them all.
+
+Then a sweep of matmul schedules (register blocks x
 reduction tiles x orders) is scored by the analytical model and measured: Spearman's rho
 between the two is printed and recorded (not asserted: timing belongs here, not in tests).
 The tuning database defaults to a fresh file next to the JSON (never the user's cache).
@@ -35,6 +40,21 @@ def reached(history, target: float):
         if h["best"] >= 0.99 * target:
             return i + 1
     return None
+
+
+CURVE_POINTS = (5, 10, 20, 40, 80, 160)
+
+
+def curve_summary(records) -> list[str]:
+    """Best-so-far GFLOPS after 5, 10, 20, ... measured candidates, one line per search."""
+    lines = [f"{'workload':10} {'search':22} " + " ".join(f"{'@' + str(n):>7}" for n in CURVE_POINTS)]
+    for rec in records:
+        curve = rec.get("curve_best_gflops")
+        if curve is None:
+            continue
+        cells = [f"{curve[n - 1]:7.1f}" if n <= len(curve) else f"{'-':>7}" for n in CURVE_POINTS]
+        lines.append(f"{rec['workload']:10} {rec['name'].split('/', 1)[1]:22} " + " ".join(cells))
+    return lines
 
 
 def analytical_sweep(name: str = "MM-256", count: int = 60, seed: int = 0) -> dict:
@@ -95,10 +115,12 @@ def main() -> int:
     ap.add_argument("--plot", metavar="DIR")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--from", dest="start", default="default", choices=("default", "unscheduled"))
     args = ap.parse_args()
     db = args.db or os.path.join(tempfile.mkdtemp(prefix="loopstack-tune-"), "tuning.db")
     records = []
-    print(f"{'workload':10} {'search':22} {'best':>7} {'%peak':>6} {'default':>8} {'measured':>8} "
+    print(f"searches start from the {'default schedule' if args.start == 'default' else 'unscheduled program'}")
+    print(f"{'workload':10} {'search':22} {'best':>7} {'%peak':>6} {'default':>8} {'start':>7} {'measured':>8} "
           f"{'failed':>6} {'to scripted':>11}")
     for name in args.workloads.split(","):
         curves = {}
@@ -107,7 +129,7 @@ def main() -> int:
             mapper, cost = spec.split("/")
             t, _ = get_workload(name).build(0)
             res = tune(t, budget_s=args.budget, mapper=mapper, cost_model=cost, workers=args.workers,
-                       config=TuneConfig(db_path=db), name=name)
+                       config=TuneConfig(db_path=db), name=name, start=args.start)
             if mapper == "scripted":
                 script_best = res.gflops
             curves[spec] = res.history
@@ -120,13 +142,16 @@ def main() -> int:
             n = reached(curves[rec["name"].split("/", 1)[1]], script_best) if script_best else None
             rec["measured_to_scripted_best"] = n
             print(f"{name:10} {rec['name'].split('/', 1)[1]:22} {rec['best_gflops']:7.1f} "
-                  f"{rec['percent_of_peak']:6.1f} {rec['default_gflops']:8.1f} {rec['measured']:8d} "
+                  f"{rec['percent_of_peak']:6.1f} {rec['default_gflops']:8.1f} {rec['start_gflops']:7.1f} "
+                  f"{rec['measured']:8d} "
                   f"{rec['failed']:6d} {str(n):>11}")
         if args.plot:
             from loopstack.tune.command import plot_curves
 
             os.makedirs(args.plot, exist_ok=True)
             plot_curves(curves, os.path.join(args.plot, f"{name}.png"), title=name)
+    print("\nbest GFLOPS so far after @N measured candidates")
+    print("\n".join(curve_summary(records)))
     if not args.no_sweep:
         rec = analytical_sweep()
         print(f"analytical model vs measurement on {rec['schedules']} MM-256 schedules: "

@@ -57,11 +57,13 @@ class TuneResult:
     failed: int = 0
     seconds: float = 0.0
     program: str = ""
+    start: str = "default"           # where the search began (see tune's `start`)
+    start_gflops: float = 0.0        # the starting schedule's GFLOPS (the default's, by default)
 
     def record(self) -> dict:
         return {"name": self.name, "best_gflops": self.gflops, "default_gflops": self.default_gflops,
                 "peak_gflops": self.peak_gflops, "measured": self.measured, "failed": self.failed,
-                "seconds": self.seconds}
+                "seconds": self.seconds, "start": self.start, "start_gflops": self.start_gflops}
 
 
 class Session:
@@ -145,6 +147,9 @@ class Session:
         return out
 
 
+STARTS = ("default", "unscheduled")
+
+
 def _inputs(ir, seed: int):
     from ..backend.kernel_base import random_array
 
@@ -154,9 +159,13 @@ def _inputs(ir, seed: int):
 
 def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str = "measure",
          workers: int = 1, config: TuneConfig | None = None, name: str = "", progress=None,
-         target=None, job=None) -> TuneResult:
+         target=None, job=None, start: str = "default") -> TuneResult:
     """Search schedules of `tensor`'s program for `budget_s` seconds; record them in the
-    tuning database; return the best (never slower than the default schedule)."""
+    tuning database; return the best (never slower than the starting schedule).
+
+    `start` is where the search begins: "default" (loopstack's default schedule, the
+    usual choice) or "unscheduled" (the program's loops as written, which is how two
+    searches are compared without the head start a good default gives both)."""
     from ..frontend.run import program, schedules_changed
     from ..frontend.tree import LoopTree, default_schedule
     from ..isa.target import get_target, peak_gflops
@@ -164,6 +173,8 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
 
     if mapper not in MAPPERS:
         raise ArgumentError(f"unknown mapper {mapper!r}; known: {', '.join(MAPPERS)}")
+    if start not in STARTS:
+        raise ArgumentError(f"unknown start {start!r}; known: {', '.join(STARTS)}")
     config = config or TuneConfig.from_env()
     tgt = get_target(target)
     peak = peak_gflops(tgt, seconds=0.3)   # a longer probe: a noisy peak skews % of peak
@@ -172,7 +183,8 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
     graph = program(tensor).graph
     base = LoopTree(graph, default_schedule(graph))
     key = program_key(graph)
-    start = _default_tree(tensor, base, tgt)
+    default_tree = _default_tree(tensor, base, tgt)
+    start_tree = default_tree if start == "default" else base
     ir = base.lower()
     inputs = _inputs(ir, config.seed)
     reference = reference_output(base, inputs)
@@ -184,24 +196,30 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
                         **kw) as pool:
             s = Session(base, tgt, machine, cost, pool, budget_s, config, workers, db, key, mapper, progress,
                         name)
-            if start is not base:
+            if start_tree is not base:
                 try:
-                    s.start_plan = plan_of(start, s.nid)
+                    s.start_plan = plan_of(start_tree, s.nid)
                 except LoopstackError:
                     pass
-            default_gflops = s.measure([start])[0]
+            start_gflops = s.measure([start_tree])[0]
             MAPPERS[mapper](s)
             best_g, best_tree = s.best
+            seconds = time.monotonic() - t_start
+            if start == "default":
+                default_gflops = start_gflops
+            else:   # for the record only: measured outside the search's history and budget
+                res = pool.measure([default_tree])[0]
+                default_gflops = res.gflops if res.status == OK else 0.0
     finally:
         if db is not None:
             db.close()
             schedules_changed()
-    if best_tree is None or best_g < default_gflops:
-        best_g, best_tree = default_gflops, start
+    if best_tree is None or best_g < start_gflops:
+        best_g, best_tree = start_gflops, start_tree
     return TuneResult(name=name, gflops=max(best_g, 0.0), default_gflops=default_gflops, peak_gflops=peak,
                       actions=[[a.kind, list(a.args)] for a in best_tree.actions], tree=best_tree,
                       plan=None, history=s.history, measured=len(s.history), failed=s.failed,
-                      seconds=time.monotonic() - t_start, program=key)
+                      seconds=seconds, program=key, start=start, start_gflops=start_gflops)
 
 
 def _default_tree(tensor, base, target):

@@ -14,6 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mapper", default="scripted", choices=("scripted", "exhaustive", "random", "evolutionary"))
     parser.add_argument("--cost-model", default="measure", choices=("measure", "analytical", "learned"))
     parser.add_argument("--workers", type=int, default=1, help="measurement processes")
+    parser.add_argument("--from", dest="start", default="default", choices=("default", "unscheduled"),
+                        help="start the search from the default schedule or the unscheduled program")
     parser.add_argument("--db", metavar="PATH", help="tuning database (default: $LOOPSTACK_TUNING_DB or "
                                                       "~/.cache/loopstack/tuning.db)")
     parser.add_argument("--no-db", action="store_true", help="do not read or write the database")
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     w = get_workload(args.workload)
     tensor, _ = w.build(args.seed)
     res = tune(tensor, budget_s=args.budget, mapper=args.mapper, cost_model=args.cost_model,
-               workers=args.workers, config=config, name=w.name, progress=_bar)
+               workers=args.workers, config=config, name=w.name, progress=_bar, start=args.start)
     sys.stderr.write("\n")
     pct = 100 * res.gflops / res.peak_gflops if res.peak_gflops else 0.0
     print(f"{w.name}: best {res.gflops:.1f} GFLOPS ({pct:.0f}% of {res.peak_gflops:.1f} peak), "

@@ -15,7 +15,8 @@ model was chosen, so any mapper runs with any cost model:
     exhaustive    every register block x reduction tile x order of the outer loops
     random        random tilings and orders
     evolutionary  diversity-aware evolution (two mutants per parent, half kept by diversity,
-                  competing with the parents; the predicted-best batch plus one random measured)
+                  competing with the parents, a few generations on the cost model's
+                  predictions; the predicted-best batch plus one random measured)
 """
 from __future__ import annotations
 
@@ -62,6 +63,15 @@ def blocked_plan(session, rows: int, vecs: int, kc: int | None) -> Plan:
     return Plan(tuple((v, tiles[v]) for v in session.sizes), tuple(order))
 
 
+def _reduction_tiles(session) -> list:
+    """None (untiled) and the cache tiles of the largest reduction variable."""
+    _, _, _, red = _roles(session)
+    if not red:
+        return [None]
+    n = session.sizes[red[0]]
+    return [None] + [t for t in cache_tiles(n, lo=32) if t < n]
+
+
 def _keep_best(session, plans, best):
     """Evaluate plans in batches; return the best (gflops, plan) seen (including `best`)."""
     batch = max(4, 2 * session.workers)
@@ -84,8 +94,7 @@ def scripted(session):
     vec, row, others, red = _roles(session)
     blocks = register_blocks(session.target)
     blocks.sort(key=lambda rv: (-rv[0] * rv[1], -rv[1]))      # bigger blocks first: most promising
-    kcs = [None] + ([t for t in cache_tiles(session.sizes[red[0]], lo=32) if t < session.sizes[red[0]]]
-                    if red else [])
+    kcs = _reduction_tiles(session)
     plans = [blocked_plan(session, r, v, kc) for kc in kcs[:1] for r, v in blocks]
     best = (-1.0, session.start_plan)
     best = _keep_best(session, plans, best)
@@ -116,10 +125,8 @@ def scripted(session):
 def exhaustive(session):
     """Every register block x reduction tile x permutation of the loops above the block."""
     vec, row, others, red = _roles(session)
-    kcs = [None] + ([t for t in cache_tiles(session.sizes[red[0]], lo=32) if t < session.sizes[red[0]]]
-                    if red else [])
     plans = []
-    for (r, v), kc in itertools.product(register_blocks(session.target), kcs):
+    for (r, v), kc in itertools.product(register_blocks(session.target), _reduction_tiles(session)):
         base = blocked_plan(session, r, v, kc)
         inner = 2 if row else 1
         outer = base.order[:-inner]
@@ -165,59 +172,101 @@ def _distance(a: Plan, b: Plan) -> float:
     return d
 
 
-def evolutionary(session, population: int = 12, batch: int = 4):
-    """Diversity-aware evolutionary search (tensor-core paper §3.4): each parent yields two
-    mutants; half of them are kept, chosen greedily by predicted GFLOPS times distance to
-    those already kept; they compete with the parents on (measured or predicted) GFLOPS; the
-    `batch` best unmeasured survivors and one random one are measured."""
+def _diverse(cands, score, k: int) -> list:
+    """`k` of `cands`, chosen greedily by score times distance to those already chosen."""
+    ranked = sorted(cands, key=lambda c: -score[c])
+    if not ranked:
+        return []
+    kept = [ranked[0]]
+    top = max(score[ranked[0]], 1e-9)
+    while len(kept) < min(k, len(ranked)):
+        kept.append(max((c for c in ranked if c not in kept),
+                        key=lambda c: (0.5 + score[c] / top) * (1 + min(_distance(c, q) for q in kept))))
+    return kept
+
+
+def evolutionary(session, population: int = 12, batch: int = 4, rounds: int | None = None):
+    """Diversity-aware evolutionary search (tensor-core paper §3.4).
+
+    Each parent yields two mutants; half of them are kept, chosen greedily by predicted
+    GFLOPS times distance to those already kept; they compete with the parents.  With a
+    predictive cost model this exploration runs `rounds` generations on predictions alone
+    (as the paper's exploration repeats its selection before touching hardware); the
+    `batch` best unmeasured candidates explored and one random one are then measured, and
+    the model learns from them.  The initial population is the model's best `batch` of the
+    scripted tuner's first space (every register block x reduction tile, with or without
+    staging an input), measured first, and a diverse rest of that space and random plans.
+    With measurement as the cost model there is nothing to explore on, so each generation
+    is measured."""
     rng = random.Random(session.seed)
-    seeds = [session.start_plan] + [blocked_plan(session, r, v, None)
-                                    for r, v in rng.sample(register_blocks(session.target), 3)]
-    pop = [p for p in seeds if session.build(p) is not None]
-    while len(pop) < population:
-        p = random_plan(rng, session.sizes, session.lanes)
-        if session.build(p) is not None:
-            pop.append(p)
+    predictive = not session.cost.measured
+    rounds = rounds if rounds is not None else (4 if predictive else 1)
     score: dict[Plan, float] = {}
     measured: dict[Plan, float] = {}
 
-    def measure(plans):
-        trees = [session.build(p) for p in plans]
-        res = session.measure(trees)
-        for p, g in zip(plans, res):
-            measured[p] = g
+    def built(plans):
+        return [p for p in dict.fromkeys(plans) if session.build(p) is not None]
+
+    def predict(plans):
+        for p, g in zip(plans, session.predict([session.build(p) for p in plans])):
             score[p] = g
 
-    measure(pop[:batch])
-    while not session.exhausted():
+    def measure(plans):
+        for p, g in zip(plans, session.measure([session.build(p) for p in plans])):
+            measured[p] = score[p] = g
+
+    def offspring(parents):
         kids = []
-        for p in pop:
+        for p in parents:
             for _ in range(2):
                 for _try in range(5):
                     k = mutate_plan(rng, p, session.sizes, session.lanes, session.n_stage_inputs)
                     if k not in score and k not in kids and session.build(k) is not None:
                         kids.append(k)
                         break
-        if not kids:
+        return kids
+
+    blocks = register_blocks(session.target)
+    if predictive:
+        # the first batch measured is the model's best register blocks: a random plan the
+        # model overrates would waste it; random plans join the population for diversity
+        # listed as the scripted tuner would try them, so that the model's ties (a roofline
+        # saturates at peak) fall to the bigger, untiled blocks first
+        blocks.sort(key=lambda rv: (-rv[0] * rv[1], -rv[1]))
+        seeds = [blocked_plan(session, r, v, kc) for kc in _reduction_tiles(session) for r, v in blocks]
+        seeds = built([session.start_plan] + seeds + [Plan(p.tiles, p.order, ((i, 0),))
+                                                      for p in seeds for i in range(session.n_stage_inputs)])
+        predict(seeds)
+        first = sorted(seeds, key=lambda p: -score[p])[:batch]
+        others = built(random_plan(rng, session.sizes, session.lanes) for _ in range(population))
+        predict(others)
+        pop = first + _diverse([p for p in seeds + others if p not in first], score, population - len(first))
+    else:
+        pop = built([session.start_plan] + [blocked_plan(session, r, v, None) for r, v in rng.sample(blocks, 3)])
+        while len(pop) < population:
+            pop += built([random_plan(rng, session.sizes, session.lanes)])
+        first = pop[:batch]
+    measure(first)
+    while not session.exhausted():
+        if predictive:   # the model has learned from the last batch: re-score what it guessed
+            predict([p for p in pop if p not in measured])
+        explored, parents = [], pop
+        for _ in range(rounds):
+            kids = offspring(parents)
+            if not kids:
+                break
+            predict(kids)
+            kept = _diverse(kids, score, max(1, len(kids) // 2))
+            explored += kept
+            parents = sorted(dict.fromkeys(parents + kept), key=lambda p: -score.get(p, 0.0))[:population]
+        if not explored:
             continue
-        pred = session.predict([session.build(k) for k in kids])
-        for k, g in zip(kids, pred):
-            score[k] = g
-        # keep half of the mutants, by predicted quality and diversity
-        ranked = sorted(kids, key=lambda k: -score[k])
-        kept = [ranked[0]]
-        top = max(score[ranked[0]], 1e-9)
-        while len(kept) < max(1, len(kids) // 2):
-            best_k = max((k for k in ranked if k not in kept),
-                         key=lambda k: (0.5 + score[k] / top) * (1 + min(_distance(k, q) for q in kept)))
-            kept.append(best_k)
-        todo = [k for k in sorted(kept, key=lambda k: -score[k]) if k not in measured][:batch]
-        rest = [k for k in kept if k not in measured and k not in todo]
+        todo = [k for k in sorted(explored, key=lambda k: -score[k]) if k not in measured][:batch]
+        rest = [k for k in explored if k not in measured and k not in todo]
         if rest:
             todo.append(rng.choice(rest))
         measure(todo)
-        pool = sorted(set(pop) | set(kept), key=lambda p: -score.get(p, 0.0))
-        pop = pool[:population]
+        pop = sorted(dict.fromkeys(pop + explored), key=lambda p: -score.get(p, 0.0))[:population]
     if not measured:
         return (-1.0, session.start_plan)
     p = max(measured, key=measured.get)

@@ -214,3 +214,49 @@ def test_analytical_model_prefers_a_register_block():
     learned.observe([base, blocked], [20.0, 90.0])
     p = learned.predict([base, blocked])
     assert p[1] > p[0]
+
+
+def test_a_search_can_start_from_the_unscheduled_program(tmp_path):
+    C, ref = mm(64)
+    res = tune(C, budget_s=1.0, mapper="scripted", cost_model="measure", config=config(tmp_path),
+               start="unscheduled")
+    assert res.start == "unscheduled" and res.record()["start"] == "unscheduled"
+    # the first measured candidate is the program as written, not the default schedule
+    assert res.history[0]["actions"] == [] and res.start_gflops == res.history[0]["gflops"] > 0
+    assert res.default_gflops > 0 and res.gflops >= res.start_gflops
+    assert len(res.history) == res.measured      # the default measured for the record is not a candidate
+    C.set(replay(C.loop_tree, res.actions))
+    np.testing.assert_allclose(C.numpy(), ref, rtol=1e-4, atol=1e-4)
+    with pytest.raises(lt.LoopstackError, match="unknown start 'best'"):
+        tune(C, budget_s=1.0, config=config(tmp_path), start="best")
+
+
+class _CountingCost(AnalyticalCost):
+    """The analytical model, counting what it is asked to predict."""
+
+    def __init__(self, machine):
+        super().__init__(machine)
+        self.predicted = 0
+
+    def predict(self, trees):
+        self.predicted += len(trees)
+        return super().predict(trees)
+
+
+def test_evolutionary_search_explores_on_predictions_and_measures_a_few(monkeypatch, tmp_path):
+    from loopstack.tune import api
+
+    made = []
+
+    def counting(name, machine):
+        made.append(_CountingCost(machine))
+        return made[-1]
+
+    monkeypatch.setattr(api, "make_cost_model", counting)
+    C, _ = mm(64)
+    res = tune(C, budget_s=2.0, mapper="evolutionary", cost_model="analytical", config=config(tmp_path),
+               start="unscheduled")
+    # four generations of about 24 mutants are ranked by the model for every five measured
+    # (one generation per measured batch would give under 5 predictions per measurement)
+    assert made[0].predicted >= 10 * res.measured > 0
+    assert [h["best"] for h in res.history] == sorted(h["best"] for h in res.history)
