@@ -7,13 +7,13 @@
 For each workload and each mapper/cost-model pair: best GFLOPS, % of peak, default GFLOPS,
 the starting schedule's GFLOPS, candidates measured, and the number of measured candidates
 each search needed to reach the scripted tuner's best (within 1%); then the tuning curves,
-summarised as the best GFLOPS after 5, 10, 20, ... measured candidates.  `--from unscheduled` starts every search from the
-program's loops as written instead of loopstack's default schedule, so the searches are
-compared without the head start a near-best default gives them all.
+summarised as the best GFLOPS after 5, 10, 20, ... measured candidates.  `--from unscheduled`
+starts every search from the program's loops as written instead of loopstack's default
+schedule, so the searches are compared without the head start a near-best default gives them.
 
-Then a sweep of matmul schedules (register blocks x
-reduction tiles x orders) is scored by the analytical model and measured: Spearman's rho
-between the two is printed and recorded (not asserted: timing belongs here, not in tests).
+Then a sweep of matmul schedules (register blocks x reduction tiles x orders) is scored by
+the analytical model and measured: Spearman's rho between the two is printed and recorded
+(not asserted: timing belongs here, not in tests).
 The tuning database defaults to a fresh file next to the JSON (never the user's cache).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from loopstack.isa.target import host_target, peak_gflops  # noqa: E402
-from loopstack.tune.api import TuneConfig, tune  # noqa: E402
+from loopstack.tune.api import STARTS, TuneConfig, tune  # noqa: E402
 from loopstack.tune.cost import AnalyticalCost, Machine, spearman  # noqa: E402
 from loopstack.tune.measure import WorkerPool, reference_output  # noqa: E402
 from loopstack.tune.space import Plan, realize, register_blocks  # noqa: E402
@@ -115,7 +115,7 @@ def main() -> int:
     ap.add_argument("--plot", metavar="DIR")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--no-sweep", action="store_true")
-    ap.add_argument("--from", dest="start", default="default", choices=("default", "unscheduled"))
+    ap.add_argument("--from", dest="start", default="default", choices=STARTS)
     args = ap.parse_args()
     db = args.db or os.path.join(tempfile.mkdtemp(prefix="loopstack-tune-"), "tuning.db")
     records = []

@@ -63,6 +63,11 @@ def blocked_plan(session, rows: int, vecs: int, kc: int | None) -> Plan:
     return Plan(tuple((v, tiles[v]) for v in session.sizes), tuple(order))
 
 
+def _blocks_biggest_first(target) -> list[tuple[int, int]]:
+    """The register blocks, most accumulators first (the most promising), wider on ties."""
+    return sorted(register_blocks(target), key=lambda rv: (-rv[0] * rv[1], -rv[1]))
+
+
 def _reduction_tiles(session) -> list:
     """None (untiled) and the cache tiles of the largest reduction variable."""
     _, _, _, red = _roles(session)
@@ -92,8 +97,7 @@ def _keep_best(session, plans, best):
 def scripted(session):
     """LoopStack §6.3's three steps, each keeping the best configuration for the next."""
     vec, row, others, red = _roles(session)
-    blocks = register_blocks(session.target)
-    blocks.sort(key=lambda rv: (-rv[0] * rv[1], -rv[1]))      # bigger blocks first: most promising
+    blocks = _blocks_biggest_first(session.target)
     kcs = _reduction_tiles(session)
     plans = [blocked_plan(session, r, v, kc) for kc in kcs[:1] for r, v in blocks]
     best = (-1.0, session.start_plan)
@@ -226,13 +230,12 @@ def evolutionary(session, population: int = 12, batch: int = 4, rounds: int | No
                         break
         return kids
 
-    blocks = register_blocks(session.target)
     if predictive:
-        # the first batch measured is the model's best register blocks: a random plan the
-        # model overrates would waste it; random plans join the population for diversity
-        # listed as the scripted tuner would try them, so that the model's ties (a roofline
-        # saturates at peak) fall to the bigger, untiled blocks first
-        blocks.sort(key=lambda rv: (-rv[0] * rv[1], -rv[1]))
+        # the first batch measured is the model's best register blocks (a random plan the
+        # model overrates would waste it); random plans only join the population, for
+        # diversity.  The seeds are listed in the scripted tuner's order so that the model's
+        # ties (a roofline saturates at peak) fall to the bigger, untiled blocks first.
+        blocks = _blocks_biggest_first(session.target)
         seeds = [blocked_plan(session, r, v, kc) for kc in _reduction_tiles(session) for r, v in blocks]
         seeds = built([session.start_plan] + seeds + [Plan(p.tiles, p.order, ((i, 0),))
                                                       for p in seeds for i in range(session.n_stage_inputs)])
@@ -242,6 +245,7 @@ def evolutionary(session, population: int = 12, batch: int = 4, rounds: int | No
         predict(others)
         pop = first + _diverse([p for p in seeds + others if p not in first], score, population - len(first))
     else:
+        blocks = register_blocks(session.target)
         pop = built([session.start_plan] + [blocked_plan(session, r, v, None) for r, v in rng.sample(blocks, 3)])
         while len(pop) < population:
             pop += built([random_plan(rng, session.sizes, session.lanes)])
