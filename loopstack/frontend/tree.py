@@ -155,12 +155,14 @@ def sequence(graph: Graph, sched: dict, deps: dict) -> list[int]:
 class LoopTree:
     """An immutable loop tree over a graph and its schedule."""
 
-    def __init__(self, graph: Graph, schedule, actions=()):
+    def __init__(self, graph: Graph, schedule, actions=(), _dependencies=None):
         self.graph = graph
         self.schedule = tuple(sorted(schedule, key=lambda p: p[0]))
         self.actions = tuple(actions)
         self._sched = dict(self.schedule)
-        self._deps, self._shifted = dependencies(graph)
+        # a mutation that keeps the graph passes its dependencies on (the tuner builds
+        # thousands of trees over one graph)
+        self._deps, self._shifted = _dependencies or dependencies(graph)
         for n in graph.nodes:
             if n.op in SCHEDULED:
                 check_order(graph, n, self._sched[n.id].order)
@@ -343,7 +345,8 @@ class LoopTree:
         g = graph if graph is not None else self.graph
         s = sched if sched is not None else self._sched
         acts = self.actions + ((action,) if action is not None else ())
-        return LoopTree(g, tuple(s.items()), acts)
+        deps = (self._deps, self._shifted) if g is self.graph else None
+        return LoopTree(g, tuple(s.items()), acts, deps)
 
     def replace_node_schedule(self, node_id: int, **kw) -> dict:
         s = dict(self._sched)

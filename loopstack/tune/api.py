@@ -23,7 +23,7 @@ from .cost import Machine, make_cost_model
 from .db import TuningDB, describe_program, program_key
 from .lookup import OFF, configured_db_path
 from .measure import OK, WorkerPool, reference_output
-from .space import Plan, main_node, plan_of, realize, stage_node, var_sizes
+from .space import Plan, exact_plan, main_node, plan_of, realize, stage_node, var_sizes
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,8 @@ class TuneConfig:
     timeout_s: float = 20.0           # per candidate (compile + check + timing)
     runs: int = 10                    # timed runs per candidate (best counts), after one warm-up
     measure_fraction: float = 0.25    # with a predictive cost model: share of each batch measured
+    cutoff: float = 1 / 3             # candidates whose first timed calls are below this share of
+                                      # the best so far are not timed further (0: time them all)
     seed: int = 0
 
     @staticmethod
@@ -81,6 +83,7 @@ class Session:
         self.lanes = target.lanes(base.graph.node(self.nid).dtype)
         self.n_stage_inputs = len(base.graph.node(stage_node(base, self.nid)).inputs)
         self.start_plan = plan_of(base, self.nid)
+        self.start_best = (-1.0, self.start_plan)   # (GFLOPS, plan) once the start is measured
         self.t0 = time.monotonic()
         self.deadline = self.t0 + budget_s
         self.history: list[dict] = []
@@ -113,7 +116,7 @@ class Session:
             if t.key() not in self.results and t.key() not in {x.key() for x in todo}:
                 todo.append(t)
         if todo and not self.exhausted():
-            res = self.pool.measure(todo)
+            res = self.pool.measure(todo, floor=self.config.cutoff * max(self.best[0], 0.0))
             for t, m in zip(todo, res):
                 g = m.gflops if m.status == OK else 0.0
                 self.results[t.key()] = g
@@ -197,11 +200,10 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
             s = Session(base, tgt, machine, cost, pool, budget_s, config, workers, db, key, mapper, progress,
                         name)
             if start_tree is not base:
-                try:
-                    s.start_plan = plan_of(start_tree, s.nid)
-                except LoopstackError:
-                    pass
+                s.start_plan = exact_plan(base, start_tree, s.nid) or s.start_plan
             start_gflops = s.measure([start_tree])[0]
+            if s.build(s.start_plan) is not None and s.build(s.start_plan).key() == start_tree.key():
+                s.start_best = (start_gflops, s.start_plan)
             MAPPERS[mapper](s)
             best_g, best_tree = s.best
             seconds = time.monotonic() - t_start

@@ -9,6 +9,8 @@ model was chosen, so any mapper runs with any cost model:
     session.predict(trees)    -> [estimated GFLOPS] (cheap; zeros for the measured model)
     session.measure(trees)    -> [GFLOPS]           (ground truth, always)
     session.exhausted()       -> the time budget is spent
+    session.start_plan        the plan of the schedule the search starts from
+    session.start_best        (its GFLOPS, it) when that plan rebuilds it exactly, else (-1, it)
 
     scripted      LoopStack §6.3: register blocks x cache tiles, then windows of loop
                   permutations from the innermost outwards, then staging of inputs
@@ -24,7 +26,8 @@ import itertools
 import math
 import random
 
-from .space import Plan, cache_tiles, mutate_plan, random_plan, register_blocks, window_permutations
+from .space import (Plan, cache_tiles, mutate_plan, random_plan, register_blocks, stagings,
+                    window_permutations)
 
 
 def _roles(session):
@@ -40,7 +43,11 @@ def _roles(session):
 
 def blocked_plan(session, rows: int, vecs: int, kc: int | None) -> Plan:
     """Output block rows x (vecs vectors) held in registers under the reduction loops, the
-    largest reduction tiled by kc (None: untiled): others vec row red.. row' vec' order."""
+    largest reduction tiled by kc (None: untiled):  vec others row red.. row' vec'.
+
+    The vector variable's panels are outermost, so that a panel of the operand it indexes
+    (B of a matmul, a convolution's weights) serves every row; the reductions keep the
+    program's order (its innermost is the contiguous one of the input, c of NHWC)."""
     vec, row, others, red = _roles(session)
     lanes = session.lanes
     tiles = {v: () for v in session.sizes}
@@ -49,14 +56,15 @@ def blocked_plan(session, rows: int, vecs: int, kc: int | None) -> Plan:
         tiles[vec] = (nv,)
     if row is not None and rows < session.sizes[row]:
         tiles[row] = (rows,)
-    order = list(others) + [vec if tiles[vec] else None]
+    order = [vec if tiles[vec] else None] + list(others)
+    in_program_order = [v for v in session.sizes if v in red]
     if red and kc is not None and kc < session.sizes[red[0]]:
         tiles[red[0]] = (kc,)
         order += [red[0]]
         order += [row if row and tiles[row] else None]
-        order += [red[0] + "'"] + red[1:]
+        order += [red[0] + "'"] + [v for v in in_program_order if v != red[0]]
     else:
-        order += [row if row and tiles[row] else None] + red
+        order += [row if row and tiles[row] else None] + in_program_order
     order += [(row + "'") if row and tiles[row] else row]
     order += [vec + "'" if tiles[vec] else vec]
     order = [o for o in order if o is not None]
@@ -94,35 +102,60 @@ def _keep_best(session, plans, best):
     return best
 
 
+def reblocked(session, plan: Plan, rows: int, vecs: int) -> Plan | None:
+    """`plan` with its register block (the innermost tiles of the row and vector variables)
+    changed to rows x vecs, its order and staging kept; None when the plan has no such block."""
+    vec, row, _, _ = _roles(session)
+    tiles = dict(plan.tiles)
+    new = {vec: vecs * session.lanes, row: rows}
+    for v, t in new.items():
+        if v is None or not tiles.get(v) or t >= session.sizes[v]:
+            return None
+        if len(tiles[v]) > 1 and t >= tiles[v][-2]:
+            return None
+        tiles[v] = tiles[v][:-1] + (t,)
+    return Plan(tuple((v, tiles[v]) for v in session.sizes), plan.order, plan.stage)
+
+
 def scripted(session):
-    """LoopStack §6.3's three steps, each keeping the best configuration for the next."""
-    vec, row, others, red = _roles(session)
+    """LoopStack §6.3's three steps, each keeping the best configuration for the next:
+    register blocks x cache tiles, then windows of loop permutations from the innermost
+    outwards, then staging of inputs.  The starting schedule competes from the outset (a
+    default that is already blocked and packed is refined rather than discarded).  While
+    budget remains, the steps repeat around the best schedule, its register block swept
+    again with its order and staging kept, until a round improves nothing."""
     blocks = _blocks_biggest_first(session.target)
     kcs = _reduction_tiles(session)
+    best = session.start_best
     plans = [blocked_plan(session, r, v, kc) for kc in kcs[:1] for r, v in blocks]
-    best = (-1.0, session.start_plan)
     best = _keep_best(session, plans, best)
     # the cache tiles of the reduction for the biggest register blocks
     plans = []
-    for r, v in sorted(blocks, key=lambda rv: -rv[0] * rv[1])[:6]:
+    for r, v in blocks[:6]:
         plans += [blocked_plan(session, r, v, kc) for kc in kcs[1:]]
     best = _keep_best(session, plans, best)
-    # step 2: permute windows of 5 loops, innermost first; the vectorised innermost loop stays
-    if best[1] is not None and best[0] > 0:
+    while best[0] > 0 and not session.exhausted():
+        before = best[1]
+        best = _permute_windows(session, best)
+        best = _keep_best(session, [Plan(best[1].tiles, best[1].order, st)
+                                    for st in stagings(session.n_stage_inputs)], best)
+        best = _keep_best(session, [q for r, v in blocks if (q := reblocked(session, best[1], r, v))], best)
+        if best[1] == before:
+            break
+    return best
+
+
+def _permute_windows(session, best):
+    """Step 2: permute windows of 5 loops, innermost first; the vectorised innermost loop stays."""
+    order = best[1].order
+    n = len(order) - 1
+    for start in range(max(0, n - 5), -1, -2):
+        if session.exhausted():
+            break
+        cands = [Plan(best[1].tiles, tuple(o[:n]) + (order[-1],), best[1].stage)
+                 for o in window_permutations(order[:n], start, 5)]
+        best = _keep_best(session, cands, best)
         order = best[1].order
-        n = len(order) - 1
-        for start in range(max(0, n - 5), -1, -2):
-            if session.exhausted():
-                break
-            cands = [Plan(best[1].tiles, tuple(o[:n]) + (order[-1],), best[1].stage)
-                     for o in window_permutations(order[:n], start, 5)]
-            best = _keep_best(session, cands, best)
-            order = best[1].order
-    # step 3: stage (pack) the inputs of the main statement, at a few depths
-    if best[1] is not None and best[0] > 0:
-        stages = [((i, h),) for i in range(session.n_stage_inputs) for h in range(3)]
-        stages += [((0, h0), (1, h1)) for h0 in range(2) for h1 in range(2)] if session.n_stage_inputs > 1 else []
-        best = _keep_best(session, [Plan(best[1].tiles, best[1].order, s) for s in stages], best)
     return best
 
 
@@ -141,7 +174,7 @@ def exhaustive(session):
         if p not in seen:
             seen.add(p)
             uniq.append(p)
-    return _keep_best(session, uniq, (-1.0, session.start_plan))
+    return _keep_best(session, uniq, session.start_best)
 
 
 def _renumber(order):
@@ -152,7 +185,7 @@ def _renumber(order):
 
 def random_search(session):
     rng = random.Random(session.seed)
-    best = (-1.0, session.start_plan)
+    best = session.start_best
     while not session.exhausted():
         plans = [random_plan(rng, session.sizes, session.lanes) for _ in range(max(4, 2 * session.workers))]
         best = _keep_best(session, plans, best)

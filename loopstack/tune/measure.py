@@ -1,10 +1,12 @@
 """Measuring candidates in worker processes, so that no candidate can take the tuner down.
 
 Each worker is a forked process holding the program's inputs and the reference output
-(computed once by the interpreter).  The parent sends it a serialised loop tree; the
-worker compiles it, runs it once, checks the result against the reference, then times
-it (warm-up, best of N) and answers with the GFLOPS.  The parent waits at most
-`timeout` seconds per candidate:
+(computed once by the interpreter).  The parent sends it a serialised loop tree and a
+floor (GFLOPS); the worker compiles it, runs it once, checks the result against the
+reference, then times it (warm-up, best of N) and answers with the GFLOPS.  A candidate
+whose first two timed calls are below the floor is not timed further: the search has
+something much faster already, and a slow kernel's full timing costs the most.  The parent
+waits at most `timeout` seconds per candidate:
 
     crash   the worker died (segfault, abort, os._exit): recorded, the worker restarted
     timeout no answer in time: the worker is killed, recorded, restarted
@@ -55,7 +57,10 @@ def reference_output(base_tree, inputs, interp_flops_limit: float = 3e8) -> np.n
 MIN_SECONDS = 0.02
 
 
-def measure_job(text: str, inputs, reference, runs: int, target) -> Measurement:
+QUICK_RUNS = 2   # timed calls that decide whether a candidate is below the floor
+
+
+def measure_job(text: str, inputs, reference, runs: int, target, floor: float = 0.0) -> Measurement:
     """Compile, check and time one serialised candidate (runs inside a worker)."""
     tree = deserialize(text)
     kernel = tree.compile(target)
@@ -66,6 +71,11 @@ def measure_job(text: str, inputs, reference, runs: int, target) -> Measurement:
         if got.shape != reference.shape or not np.allclose(got, reference, rtol=1e-3, atol=1e-3 * scale):
             err = float(np.max(np.abs(got - reference))) if got.shape == reference.shape else float("inf")
             return Measurement(0.0, WRONG, kernel.compile_ms, f"max error {err:.3g}")
+    if floor > 0:
+        quick = kernel.benchmark(*inputs, *outs, runs=QUICK_RUNS, warmup=0)
+        if quick < floor:
+            return Measurement(float(quick), OK, kernel.compile_ms,
+                               f"timed {QUICK_RUNS} calls only: below the floor of {floor:.3g} GFLOPS")
     # at least MIN_SECONDS of calls: a candidate measured right after its compile, in a worker
     # that was idle, is otherwise judged on a cold cache and a clock still ramping up
     gflops = kernel.benchmark(*inputs, *outs, runs=runs, warmup=1, min_seconds=MIN_SECONDS)
@@ -83,8 +93,9 @@ def _worker(conn, job, inputs, reference, runs, target):
             return
         if msg is None:
             return
+        text, floor = msg
         try:
-            res = job(msg, inputs, reference, runs, target)
+            res = job(text, inputs, reference, runs, target, floor)
         except Exception as e:  # noqa: BLE001 - any failure of a candidate is a result, reported
             res = Measurement(0.0, ERROR, 0.0, f"{type(e).__name__}: {e}".splitlines()[0][:300]
                               or traceback.format_exc(limit=1))
@@ -120,7 +131,9 @@ class _Slot:
 
 
 class WorkerPool:
-    """`workers` measuring processes; `measure(trees)` returns one Measurement per tree, in order."""
+    """`workers` measuring processes; `measure(trees)` returns one Measurement per tree, in order.
+
+    `floor`: GFLOPS below which a candidate's timing stops after its first calls (0: never)."""
 
     def __init__(self, inputs, reference, workers: int = 1, timeout: float = 20.0, runs: int = 10,
                  target=None, job=measure_job):
@@ -128,7 +141,7 @@ class WorkerPool:
         self.workers, self.timeout, self.runs, self.target, self.job = max(1, workers), timeout, runs, target, job
         self.slots = [_Slot(self) for _ in range(self.workers)]
 
-    def measure(self, trees, texts=None) -> list[Measurement]:
+    def measure(self, trees, texts=None, floor: float = 0.0) -> list[Measurement]:
         texts = list(texts) if texts is not None else [serialize(t) for t in trees]
         results: list[Measurement | None] = [None] * len(texts)
         todo = list(range(len(texts)))[::-1]
@@ -141,7 +154,7 @@ class WorkerPool:
                         s.start()
                     i = todo.pop()
                     s.task, s.started = i, time.monotonic()
-                    s.conn.send(texts[i])
+                    s.conn.send((texts[i], floor))
                     busy.append(s)
             for s in list(busy):
                 res = None

@@ -105,6 +105,7 @@ def realize(base, plan: Plan, nid: int | None = None):
                 tree = tree.swap_loops(path[d], path[d + 1])
                 changed = True
                 break
+    tree = fuse_consumers(tree, nid)
     for idx, hoist in plan.stage:
         sid = stage_node(tree, nid)
         tree = tree.copy_input(tree.ref_of(sid), idx)
@@ -112,6 +113,52 @@ def realize(base, plan: Plan, nid: int | None = None):
         for _ in range(hoist):
             tree = tree.decrease_reuse(tree.ref_of(copy_id))
     return tree
+
+
+def fuse_consumers(tree, nid: int):
+    """Node `nid`'s element-wise consumers (bias, activation, the write) given its loop order
+    without the reduction loops, so that they fuse into the store of its output block instead
+    of sweeping the output again (what the default schedule does too)."""
+    from ..frontend.mutate import set_order
+
+    g = tree.graph
+    out = set(g.node(nid).vars)
+    order = tuple(e for e in tree.node_schedule(nid).order if e[0] in out)
+    fed = {nid}
+    for n in g.nodes:                        # graph order is a topological order
+        if n.id in fed or n.id not in tree._sched or not tree._deps[n.id] & fed:
+            continue
+        if set(g.domain(n)) != out:
+            continue
+        fed.add(n.id)
+        if tree.node_schedule(n.id).order != order:
+            tree = set_order(tree, n.id, order)
+    return tree
+
+
+def stagings(n_inputs: int) -> list:
+    """The stagings the tuner tries: none, each input packed at a few depths, or two inputs."""
+    stages = [()] + [((i, h),) for i in range(n_inputs) for h in range(3)]
+    if n_inputs > 1:
+        stages += [((0, h0), (1, h1)) for h0 in range(2) for h1 in range(2)]
+    return stages
+
+
+def exact_plan(base, tree, nid: int) -> Plan | None:
+    """The plan that `realize` turns into exactly `tree` (a default schedule, a stored
+    result), staging included; None when no plan of the tuner's space describes it."""
+    try:
+        p = plan_of(tree, nid)
+    except ScheduleError:
+        return None
+    for stage in stagings(len(base.graph.node(stage_node(base, nid)).inputs)):
+        q = Plan(p.tiles, p.order, stage)
+        try:
+            if realize(base, q, nid).key() == tree.key():
+                return q
+        except ScheduleError:
+            continue
+    return None
 
 
 def replay(base, actions):
@@ -127,18 +174,19 @@ def actions_json(tree) -> list:
 # -- generators of plans ---------------------------------------------------------------------
 
 def register_blocks(target, dtype="float32", limit: int | None = None) -> list[tuple[int, int]]:
-    """(rows, vectors) output blocks whose accumulators fit the register file.
-
-    rows x vectors accumulators, plus `vectors` registers for the loaded row of the
-    second input and one for the broadcast: the no-spill rule of the backend.
-    """
+    """(rows, vectors) output blocks the backend keeps in registers: 4 to `registers - 3`
+    accumulators (the broadcast and the loaded vectors take the rest; a column that finds no
+    register is an FMA memory operand, re-read by each row), up to 6 vectors wide (the wide
+    blocks of a convolution whose output rows are few)."""
     regs = target.vector_registers if limit is None else limit
-    out = []
-    for vecs in range(1, 5):
-        for rows in range(1, 17):
-            if rows * vecs + vecs + 1 <= regs and rows * vecs >= 4:
-                out.append((rows, vecs))
-    return out
+    return [(rows, vecs) for vecs in range(1, 7) for rows in range(1, 17) if 4 <= rows * vecs <= regs - 3]
+
+
+def tile_sizes(extent: int, lanes: int) -> list[int]:
+    """Tile sizes a random or mutated plan may give a loop of `extent`: small row blocks,
+    one to six vectors, and cache-sized powers of two."""
+    sizes = {2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 64, 128} | {lanes * i for i in range(1, 7)}
+    return sorted(t for t in sizes if t < extent)
 
 
 def cache_tiles(extent: int, lo: int = 16) -> list[int]:
@@ -160,7 +208,7 @@ def random_plan(rng: random.Random, sizes: dict[str, int], lanes: int, max_level
     tiles, order = [], []
     for v, ext in sizes.items():
         levels = rng.randint(0, max_levels)
-        cands = sorted({t for t in (2, 3, 4, 6, 8, 16, 32, 64, 128, lanes, 2 * lanes) if t < ext})
+        cands = tile_sizes(ext, lanes)
         chosen = sorted(rng.sample(cands, min(levels, len(cands))), reverse=True)
         tiles.append((v, tuple(chosen)))
         order += [v + "'" * i for i in range(len(chosen) + 1)]
@@ -189,7 +237,7 @@ def mutate_plan(rng: random.Random, plan: Plan, sizes: dict[str, int], lanes: in
     if r < 0.4:
         v = rng.choice(list(sizes))
         ext = sizes[v]
-        cands = sorted({t for t in (2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 64, 128, lanes, 2 * lanes) if t < ext})
+        cands = tile_sizes(ext, lanes)
         old = tiles.get(v, ())
         if old and rng.random() < 0.5:
             new = list(old)

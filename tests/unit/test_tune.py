@@ -1,5 +1,6 @@
 """The autotuner: replayable schedules, interchangeable mappers and cost models, fault-isolated
 measurement, the tuning database.  Tiny programs and budgets; no timing is asserted."""
+import itertools
 import json
 import os
 import signal
@@ -60,7 +61,7 @@ def test_any_mapper_with_any_cost_model(tmp_path, mapper, cost_model):
     assert [h["best"] for h in res.history] == sorted(h["best"] for h in res.history)
 
 
-def _faulty_job(text, inputs, reference, runs, target):
+def _faulty_job(text, inputs, reference, runs, target, floor):
     if text == "crash":
         os.kill(os.getpid(), signal.SIGSEGV)
     if text == "hang":
@@ -89,14 +90,27 @@ def test_wrong_answers_are_caught_against_the_reference():
     assert ir is not None
 
 
+def test_candidates_below_the_floor_are_timed_briefly_and_still_checked():
+    C, _ = mm(16)
+    t = C.loop_tree.split(2, 8)
+    inputs = [np.ascontiguousarray(r.data) for r in program(C).reads]
+    ref = inputs[0] @ inputs[1]
+    full = measure_job(lt.serialize(t), inputs, ref, 3, None, floor=0.0)
+    cut = measure_job(lt.serialize(t), inputs, ref, 3, None, floor=1e9)
+    assert full.status == OK and full.detail == ""
+    assert cut.status == OK and cut.gflops > 0 and "below the floor" in cut.detail
+    wrong = measure_job(lt.serialize(t), inputs, ref + 1, 3, None, floor=1e9)
+    assert wrong.status == WRONG                     # the floor never skips the check
+
+
 def test_the_tuner_survives_failing_candidates(tmp_path):
     calls = []
 
-    def job(text, inputs, reference, runs, target):
+    def job(text, inputs, reference, runs, target, floor):
         calls.append(1)
         if '"split"' in text and text.count('"split"') == 1:
             os._exit(3)                              # every once-split candidate "crashes"
-        return measure_job(text, inputs, reference, runs, target)
+        return measure_job(text, inputs, reference, runs, target, floor)
 
     C, _ = mm()
     # a generous budget: the assertion is about what was measured, never about how fast
@@ -216,6 +230,92 @@ def test_analytical_model_prefers_a_register_block():
     assert p[1] > p[0]
 
 
+def _mm_plans(base, count=48):
+    from loopstack.tune.space import register_blocks
+
+    plans = []
+    for (r, v), kc in itertools.product(register_blocks(lt.isa.target.host_target()), (None, 32, 64)):
+        tiles = (("m", (r,)), ("k", (kc,) if kc else ()), ("n", (8 * v,)))
+        order = ("n", "k", "m", "k'", "m'", "n'") if kc else ("n", "m", "k", "m'", "n'")
+        plans.append(realize(base, Plan(tiles, order)))
+    return plans[:count]
+
+
+def test_the_learned_model_bends_the_estimate_towards_measurements():
+    """Measurements that contradict the roofline (here: the fewer accumulators, the faster)
+    are learned from half the candidates and ranked right on the other half."""
+    from loopstack.isa.target import host_target
+    from loopstack.tune.cost import spearman
+
+    C, _ = mm(128)
+    trees = _mm_plans(C.loop_tree)
+    machine = Machine.of(host_target(), 100.0)
+    learned = LearnedCost(machine, min_samples=8)
+    truth = [100.0 / (1 + learned.analytical.features(t)["acc_vectors"]) for t in trees]
+    train, test = trees[::2], trees[1::2]
+    before = spearman(learned.predict(test), truth[1::2])
+    learned.observe(train, truth[::2])
+    after = spearman(learned.predict(test), truth[1::2])
+    assert after > 0.8 and after > before + 0.5
+
+
+def test_boosted_trees_fit_a_nonlinear_function_and_are_deterministic():
+    from loopstack.tune.boost import GradientBoostedTrees
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 5))
+    f = lambda X: np.where(X[:, 0] > 0, 2.0, -1.0) + np.abs(X[:, 1])   # noqa: E731
+    model = GradientBoostedTrees().fit(X, f(X))
+    Xt = rng.normal(size=(200, 5))
+    assert np.corrcoef(model.predict(Xt), f(Xt))[0, 1] > 0.9
+    again = GradientBoostedTrees().fit(X, f(X))
+    np.testing.assert_array_equal(model.predict(Xt), again.predict(Xt))
+    flat = GradientBoostedTrees().fit(X, np.full(200, 3.0))
+    assert flat.trees == [] and np.all(flat.predict(Xt) == 3.0)
+
+
+@pytest.mark.parametrize("name", ["MM-128", "CONV-3", "DWCONV-1"])
+def test_default_schedules_are_plans_of_the_search_space(name):
+    """The tuner refines the default schedule itself: a plan rebuilds it exactly, staging and
+    the fused write included."""
+    from loopstack.isa.target import host_target
+    from loopstack.tune.defaults import default_schedule
+    from loopstack.tune.space import exact_plan
+    from loopstack.workloads import get_workload
+
+    Y, _ = get_workload(name).build()
+    base = Y.loop_tree
+    tree = default_schedule(Y, host_target())
+    plan = exact_plan(base, tree, main_node(base))
+    assert plan is not None and realize(base, plan, main_node(base)).key() == tree.key()
+
+
+def test_the_scripted_tuner_refines_a_best_starting_schedule(tmp_path, monkeypatch):
+    """When nothing beats the starting schedule, steps 2 and 3 permute and stage it, and its
+    register block is swept with its cache tile kept (a tile step 1 never tries: k by 16)."""
+    from loopstack.tune import api
+    from loopstack.tune.space import exact_plan
+
+    C, _ = mm(64)
+    base = C.loop_tree
+    nid = main_node(base)
+    start = Plan((("m", (4,)), ("k", (16,)), ("n", (16,))), ("n", "k", "m", "k'", "m'", "n'"), ((1, 0),))
+    start_key = realize(base, start, nid).key()
+    monkeypatch.setattr(api, "_default_tree", lambda tensor, base, target: realize(base, start, nid))
+
+    def job(text, inputs, reference, runs, target, floor):
+        return Measurement(100.0 if lt.deserialize(text).key() == start_key else 10.0, OK)
+
+    res = tune(C, budget_s=30.0, mapper="scripted", config=config(tmp_path), job=job)
+    trees = [replay(base, h["actions"]) for h in res.history]
+    plans = [plan_of(t, nid) for t in trees]
+    assert trees[0].key() == start_key and res.gflops == 100.0 and res.seconds < 30
+    assert any(p.tiles == start.tiles and p.order != start.order for p in plans)      # step 2
+    assert any(p.tiles != start.tiles and dict(p.tiles)["k"] == (16,) for p in plans)  # blocks swept
+    staged = {exact_plan(base, t, nid).stage for t, p in zip(trees, plans) if p == Plan(start.tiles, start.order)}
+    assert len(staged) >= 3 and start.stage in staged                                  # step 3
+
+
 def test_a_search_can_start_from_the_unscheduled_program(tmp_path):
     C, ref = mm(64)
     res = tune(C, budget_s=1.0, mapper="scripted", cost_model="measure", config=config(tmp_path),
@@ -224,11 +324,23 @@ def test_a_search_can_start_from_the_unscheduled_program(tmp_path):
     # the first measured candidate is the program as written, not the default schedule
     assert res.history[0]["actions"] == [] and res.start_gflops == res.history[0]["gflops"] > 0
     assert res.default_gflops > 0 and res.gflops >= res.start_gflops
-    assert len(res.history) == res.measured      # the default measured for the record is not a candidate
     C.set(replay(C.loop_tree, res.actions))
     np.testing.assert_allclose(C.numpy(), ref, rtol=1e-4, atol=1e-4)
     with pytest.raises(lt.LoopstackError, match="unknown start 'best'"):
         tune(C, budget_s=1.0, config=config(tmp_path), start="best")
+
+
+def test_the_default_measured_for_an_unscheduled_search_is_not_a_candidate(tmp_path):
+    C, _ = mm(64)
+    calls = tmp_path / "calls"
+
+    def job(text, inputs, reference, runs, target, floor):
+        with open(calls, "a") as f:                  # the job runs in a worker process
+            f.write("x")
+        return Measurement(1.0, OK)
+
+    res = tune(C, budget_s=1.0, mapper="random", config=config(tmp_path), start="unscheduled", job=job)
+    assert res.measured == len(res.history) and len(calls.read_text()) == res.measured + 1
 
 
 class _CountingCost(AnalyticalCost):
