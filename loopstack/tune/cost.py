@@ -267,8 +267,23 @@ def make_cost_model(name: str, machine: Machine) -> CostModel:
     raise ArgumentError(f"unknown cost model {name!r}; known: measure, analytical, learned")
 
 
-def spearman(a, b) -> float:
-    """Spearman rank correlation (average ranks for ties)."""
-    from scipy.stats import spearmanr
+def _average_ranks(values) -> np.ndarray:
+    """1-based ranks, tied values sharing the mean of the ranks they span."""
+    x = np.asarray(values, dtype=np.float64)
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    sx = x[order]
+    start = 0
+    for end in range(1, len(x) + 1):
+        if end == len(x) or sx[end] != sx[start]:
+            ranks[order[start:end]] = (start + end + 1) / 2     # mean of start+1 .. end
+            start = end
+    return ranks
 
-    return float(spearmanr(a, b).statistic)
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation (average ranks for ties); nan when either side is constant."""
+    ra, rb = _average_ranks(a), _average_ranks(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = math.sqrt(float(ra @ ra) * float(rb @ rb))
+    return float(ra @ rb) / den if den > 0 else float("nan")
