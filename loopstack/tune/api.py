@@ -53,7 +53,6 @@ class TuneResult:
     peak_gflops: float
     actions: list                    # JSON-ready [[kind, [args]], ...]; replay with lt.apply_actions
     tree: object                     # the best frontend LoopTree
-    plan: Plan | None
     history: list = field(default_factory=list)   # one dict per measured candidate
     measured: int = 0
     failed: int = 0
@@ -202,7 +201,8 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
             if start_tree is not base:
                 s.start_plan = exact_plan(base, start_tree, s.nid) or s.start_plan
             start_gflops = s.measure([start_tree])[0]
-            if s.build(s.start_plan) is not None and s.build(s.start_plan).key() == start_tree.key():
+            rebuilt = s.build(s.start_plan)
+            if rebuilt is not None and rebuilt.key() == start_tree.key():
                 s.start_best = (start_gflops, s.start_plan)
             MAPPERS[mapper](s)
             best_g, best_tree = s.best
@@ -220,7 +220,7 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
         best_g, best_tree = start_gflops, start_tree
     return TuneResult(name=name, gflops=max(best_g, 0.0), default_gflops=default_gflops, peak_gflops=peak,
                       actions=[[a.kind, list(a.args)] for a in best_tree.actions], tree=best_tree,
-                      plan=None, history=s.history, measured=len(s.history), failed=s.failed,
+                      history=s.history, measured=len(s.history), failed=s.failed,
                       seconds=seconds, program=key, start=start, start_gflops=start_gflops)
 
 

@@ -27,7 +27,6 @@ from ..looptree.ir import Loop
 from .boost import GradientBoostedTrees
 
 LINE = 64                 # bytes per cache line
-MAX_ACCUMULATORS = 13     # the backend's register-block limit for an FMA statement (AVX2)
 
 
 @dataclass(frozen=True)
@@ -239,10 +238,10 @@ class LearnedCost(CostModel):
             self._fitted_on = n
 
     def predict(self, trees) -> list[float]:
-        if self.model is None:
+        if self.model is None or not trees:
             return self.analytical.predict(trees)
         X = np.array([self.vector(t) for t in trees])
-        return [float(math.exp(x[1] + c)) for x, c in zip(X, self.model.predict(X))] if len(X) else []
+        return [float(math.exp(x[1] + c)) for x, c in zip(X, self.model.predict(X))]
 
 
 def _innermost_stack(ir):

@@ -54,10 +54,8 @@ def reference_output(base_tree, inputs, interp_flops_limit: float = 3e8) -> np.n
     return kernel.run(*inputs)[0]
 
 
-MIN_SECONDS = 0.02
-
-
-QUICK_RUNS = 2   # timed calls that decide whether a candidate is below the floor
+MIN_SECONDS = 0.02   # of timed calls per candidate (see measure_job)
+QUICK_RUNS = 2       # timed calls that decide whether a candidate is below the floor
 
 
 def measure_job(text: str, inputs, reference, runs: int, target, floor: float = 0.0) -> Measurement:
