@@ -3,10 +3,13 @@
     python bench/tune.py [--workloads MM-128,MM-256,...] [--budget 60] [--workers 1]
                          [--mappers scripted/measure,evolutionary/learned] [--db PATH]
                          [--plot DIR] [--json FILE] [--from default|unscheduled]
+                         [--verify-rounds 7]
 
-For each workload and each mapper/cost-model pair: best GFLOPS, % of peak, default GFLOPS,
-the starting schedule's GFLOPS, candidates measured, and the number of measured candidates
-each search needed to reach the scripted tuner's best (within 1%); then the tuning curves,
+For each workload and each mapper/cost-model pair: the search's best GFLOPS; that schedule
+and the default re-measured in interleaved rounds beside a fresh peak probe each round
+("verif.", and their % of peak: the medians over the rounds, see `verify`); the starting
+schedule's GFLOPS, candidates measured, and the number of measured candidates each search
+needed to reach the scripted tuner's best (within 1%); then the tuning curves,
 summarised as the best GFLOPS after 5, 10, 20, ... measured candidates.  `--from unscheduled`
 starts every search from the program's loops as written instead of loopstack's default
 schedule, so the searches are compared without the head start a near-best default gives them.
@@ -27,8 +30,9 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from loopstack.isa.target import host_target, peak_gflops  # noqa: E402
+from loopstack.isa.target import host_target, measure_peak, peak_gflops  # noqa: E402
 from loopstack.tune.api import STARTS, TuneConfig, tune  # noqa: E402
+from loopstack.tune.defaults import default_schedule  # noqa: E402
 from loopstack.tune.cost import AnalyticalCost, Machine, spearman  # noqa: E402
 from loopstack.tune.measure import WorkerPool, reference_output  # noqa: E402
 from loopstack.tune.space import Plan, realize, register_blocks  # noqa: E402
@@ -43,6 +47,33 @@ def reached(history, target: float):
 
 
 CURVE_POINTS = (5, 10, 20, 40, 80, 160)
+
+
+def verify(trees: dict, rounds: int) -> dict:
+    """Each schedule in `trees` (label -> LoopTree) re-measured in `rounds` interleaved rounds,
+    each round beside a fresh FMA peak probe: per label the median GFLOPS and the median of
+    its per-round share of that round's peak.  On a shared host a slow phase then slows both
+    sides of the ratio, where one peak measured at the start would rate every later kernel
+    against the machine as it was then (the searches' own figures vary by 20-30 % over an hour
+    here; these by a few %)."""
+    import statistics
+
+    tgt = host_target()
+    kernels = {}
+    for label, tree in trees.items():
+        k = tree.compile(tgt)
+        args = k.random_arguments()
+        k.run(*args[:len(k.tree.inputs)])          # constant inputs are packed at the first call
+        kernels[label] = (k, args)
+    gflops = {label: [] for label in trees}
+    share = {label: [] for label in trees}
+    for _ in range(rounds):
+        peak = measure_peak(tgt, seconds=0.05)
+        for label, (k, args) in kernels.items():
+            g = k.benchmark(*args, runs=5, warmup=1, min_seconds=0.05)
+            gflops[label].append(g)
+            share[label].append(100 * g / peak)
+    return {label: (statistics.median(gflops[label]), statistics.median(share[label])) for label in trees}
 
 
 def curve_summary(records) -> list[str]:
@@ -116,15 +147,18 @@ def main() -> int:
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--no-sweep", action="store_true")
     ap.add_argument("--from", dest="start", default="default", choices=STARTS)
+    ap.add_argument("--verify-rounds", type=int, default=7,
+                    help="interleaved rounds re-measuring the best schedules, the default and the peak")
     args = ap.parse_args()
     db = args.db or os.path.join(tempfile.mkdtemp(prefix="loopstack-tune-"), "tuning.db")
     records = []
     print(f"searches start from the {'default schedule' if args.start == 'default' else 'unscheduled program'}")
-    print(f"{'workload':10} {'search':22} {'best':>7} {'%peak':>6} {'default':>8} {'start':>7} {'measured':>8} "
-          f"{'failed':>6} {'to scripted':>11}")
+    print(f"{'workload':10} {'search':22} {'best':>7} {'verif.':>7} {'%peak':>6} {'default':>8} {'%peak':>6} "
+          f"{'start':>7} {'measured':>8} {'failed':>6} {'to scripted':>11}")
     for name in args.workloads.split(","):
         curves = {}
         script_best = None
+        best_trees = {}
         for spec in args.mappers.split(","):
             mapper, cost = spec.split("/")
             t, _ = get_workload(name).build(0)
@@ -133,17 +167,23 @@ def main() -> int:
             if mapper == "scripted":
                 script_best = res.gflops
             curves[spec] = res.history
+            best_trees[spec] = res.tree
             rec = res.record()
             rec.update({"name": f"{name}/{spec}", "workload": name, "mapper": mapper, "cost_model": cost,
-                        "percent_of_peak": 100 * res.gflops / res.peak_gflops,
+                        "search_percent_of_peak": 100 * res.gflops / res.peak_gflops,
                         "curve_best_gflops": [round(h["best"], 2) for h in res.history]})
             records.append(rec)
+        t, _ = get_workload(name).build(0)
+        checked = verify({"default": default_schedule(t, host_target()), **best_trees}, args.verify_rounds)
         for rec in records[-len(curves):]:
-            n = reached(curves[rec["name"].split("/", 1)[1]], script_best) if script_best else None
+            spec = rec["name"].split("/", 1)[1]
+            n = reached(curves[spec], script_best) if script_best else None
             rec["measured_to_scripted_best"] = n
-            print(f"{name:10} {rec['name'].split('/', 1)[1]:22} {rec['best_gflops']:7.1f} "
-                  f"{rec['percent_of_peak']:6.1f} {rec['default_gflops']:8.1f} {rec['start_gflops']:7.1f} "
-                  f"{rec['measured']:8d} "
+            rec["verified_gflops"], rec["percent_of_peak"] = checked[spec]
+            rec["verified_default_gflops"], rec["default_percent_of_peak"] = checked["default"]
+            print(f"{name:10} {spec:22} {rec['best_gflops']:7.1f} {rec['verified_gflops']:7.1f} "
+                  f"{rec['percent_of_peak']:6.1f} {rec['verified_default_gflops']:8.1f} "
+                  f"{rec['default_percent_of_peak']:6.1f} {rec['start_gflops']:7.1f} {rec['measured']:8d} "
                   f"{rec['failed']:6d} {str(n):>11}")
         if args.plot:
             from loopstack.tune.command import plot_curves

@@ -101,18 +101,13 @@ def analyze(ir, machine: Machine) -> dict[str, float]:
         isz = _dtype(buffers[comp.out.buffer].dtype).itemsize
         if comp.is_copy:
             feats["copies"] += 1
-        # traffic per level: the outermost depth whose working set fits the level
+        # traffic per level: the outermost depth whose working set fits the level (the working
+        # sets per depth shrink inwards and serve every level: computed once each)
+        ws = [sum(_footprint(a, stack, _dim_extent_inside(stack, ranges, d), isz) for a in accs)
+              for d in range(len(stack) + 1)]
         for lvl, size in enumerate(machine.caches):
-            d_fit = len(stack)
-            for d in range(len(stack) + 1):
-                ext = _dim_extent_inside(stack, ranges, d)
-                ws = sum(_footprint(a, stack, ext, isz) for a in accs)
-                if ws <= 0.5 * size:
-                    d_fit = d
-                    break
-            ext = _dim_extent_inside(stack, ranges, d_fit)
-            moved = sum(_footprint(a, stack, ext, isz) for a in accs) * _trips(stack, ranges, d_fit)
-            traffic[lvl + 1] += moved
+            d_fit = next((d for d, w in enumerate(ws) if w <= 0.5 * size), len(stack))
+            traffic[lvl + 1] += ws[d_fit] * _trips(stack, ranges, d_fit)
         if f == 0 or not stack:
             continue
         # in-core efficiency: vectorised innermost loop and the register block of the output

@@ -2,14 +2,14 @@
 
 A candidate schedule is described by a small `Plan` for the program's main compute node
 (the one with the most loops): how each of its variables is tiled and in which order its
-loops run.  `realize(base, plan)` turns a plan into frontend mutations (splits, then
-adjacent loop swaps, then optional staging of inputs), so every tuning result is the
+loops run.  `realize(base, plan)` turns a plan into frontend mutations (splits, then the
+new loop order, then optional staging of inputs), so every tuning result is the
 replayable trace `tree.actions`, and `lt.apply_actions(base, tree.actions) == tree`.
 
     base:    for m in 256 / for k in 256 / for n in 256          (unscheduled)
     plan:    tiles {m: (6,), n: (16,)}, order n m k m' n'
     tree:    for n in 16 / for m in 42 r 4 / for k in 256 / for m' in 6 / for n' in 16
-    actions: split(2, 16), split(0, 6), swap_loops(...), ...
+    actions: split(2, 16), split(0, 6), set_order(...), ...
 
 Illegal plans raise `ScheduleError` from the frontend; mappers skip them.
 """
@@ -93,18 +93,7 @@ def realize(base, plan: Plan, nid: int | None = None):
     if sorted(names) != sorted(plan.order):
         raise ScheduleError(f"plan: order {' '.join(plan.order)} does not name the loops "
                             f"{' '.join(names)}")
-    # bubble the loops into place with adjacent swaps (each a legal frontend mutation)
-    target = {name: i for i, name in enumerate(plan.order)}
-    changed = True
-    while changed:
-        changed = False
-        names = loop_names(tree, nid)
-        for d in range(len(names) - 1):
-            if target[names[d]] > target[names[d + 1]]:
-                path = tree.path(tree.ref_of(nid))
-                tree = tree.swap_loops(path[d], path[d + 1])
-                changed = True
-                break
+    tree = _reorder(tree, nid, plan.order)
     tree = fuse_consumers(tree, nid)
     for idx, hoist in plan.stage:
         sid = stage_node(tree, nid)
@@ -115,25 +104,83 @@ def realize(base, plan: Plan, nid: int | None = None):
     return tree
 
 
+def _reorder(tree, nid: int, order: tuple[str, ...]):
+    """`tree` with node `nid`'s loops in `order` (loop names).
+
+    When every node sharing the main node's outermost loop shares all its loops (the multiply
+    feeding a reduction) or is a consumer that `fuse_consumers` reorders next, the group gets
+    the new order in one `set_order` each: the schedule adjacent swaps reach, at a fraction of
+    their cost (each swap rebuilds the tree).  Otherwise the loops are bubbled into place with
+    adjacent swaps."""
+    from ..frontend.mutate import set_order
+
+    names = loop_names(tree, nid)
+    path = tree.path(tree.ref_of(nid))
+    if not path or list(names) == list(order):
+        return tree
+    for v in {n.rstrip("'") for n in names}:
+        levels = [n.count("'") for n in order if n.rstrip("'") == v]
+        if levels != sorted(levels):
+            raise ScheduleError(f"plan: the loops over {v} must stay outermost level first "
+                                f"(order {' '.join(order)})")
+    group = tree.leaves_under(path[-1])
+    # the consumers fuse_consumers reorders afterwards may share loops too
+    if set(tree.leaves_under(path[0])) <= set(group) | set(_elementwise_consumers(tree, nid)):
+        entry = dict(zip(names, tree.node_schedule(nid).order))
+        new = tuple(entry[n] for n in order)
+        for leaf in group:
+            ns = tree.node_schedule(leaf)
+            if ns.order != tree.node_schedule(nid).order or ns.annotations or ns.disabled:
+                return _bubble(tree, nid, order)   # what set_order would not keep: swaps do
+        for leaf in group:
+            tree = set_order(tree, leaf, new)
+        return tree
+    return _bubble(tree, nid, order)
+
+
+def _bubble(tree, nid: int, order: tuple[str, ...]):
+    """Node `nid`'s loops bubbled into `order` by adjacent swaps (each a legal mutation)."""
+    target = {name: i for i, name in enumerate(order)}
+    changed = True
+    while changed:
+        changed = False
+        names = loop_names(tree, nid)
+        for d in range(len(names) - 1):
+            if target[names[d]] > target[names[d + 1]]:
+                path = tree.path(tree.ref_of(nid))
+                tree = tree.swap_loops(path[d], path[d + 1])
+                changed = True
+                break
+    return tree
+
+
 def fuse_consumers(tree, nid: int):
     """Node `nid`'s element-wise consumers (bias, activation, the write) given its loop order
     without the reduction loops, so that they fuse into the store of its output block instead
     of sweeping the output again (what the default schedule does too)."""
     from ..frontend.mutate import set_order
 
+    out = set(tree.graph.node(nid).vars)
+    order = tuple(e for e in tree.node_schedule(nid).order if e[0] in out)
+    for c in _elementwise_consumers(tree, nid):
+        if tree.node_schedule(c).order != order:
+            tree = set_order(tree, c, order)
+    return tree
+
+
+def _elementwise_consumers(tree, nid: int) -> list[int]:
+    """The scheduled nodes fed (through each other) by `nid` over exactly its output domain."""
     g = tree.graph
     out = set(g.node(nid).vars)
-    order = tuple(e for e in tree.node_schedule(nid).order if e[0] in out)
-    fed = {nid}
+    fed, found = {nid}, []
     for n in g.nodes:                        # graph order is a topological order
         if n.id in fed or n.id not in tree._sched or not tree._deps[n.id] & fed:
             continue
         if set(g.domain(n)) != out:
             continue
         fed.add(n.id)
-        if tree.node_schedule(n.id).order != order:
-            tree = set_order(tree, n.id, order)
-    return tree
+        found.append(n.id)
+    return found
 
 
 def stagings(n_inputs: int) -> list:

@@ -47,6 +47,46 @@ def test_plans_realize_as_replayable_action_traces():
     assert plan_of(realize(base, unstaged), nid) == unstaged
 
 
+@pytest.mark.parametrize("name", ["MM-64", "CONV-1", "MBV3-C64"])
+def test_a_plan_reorders_in_one_step_as_adjacent_swaps_would(name, monkeypatch):
+    """realize sets the new loop order in one set_order per node where that is safe; the
+    schedule must be the one that bubbling the loops with adjacent swaps reaches."""
+    import random
+
+    from loopstack.errors import ScheduleError
+    from loopstack.tune import space
+    from loopstack.workloads import get_workload
+
+    Y, _ = get_workload(name).build()
+    base = Y.loop_tree
+    nid = main_node(base)
+    sizes = space.var_sizes(base, nid)
+    rng = random.Random(3)
+    one_step_reorder, bubble = space._reorder, space._bubble
+    compared = one_step = 0
+    for _ in range(40):
+        plan = space.random_plan(rng, sizes, 8)
+
+        def built(reorder):
+            monkeypatch.setattr(space, "_reorder", reorder)
+            try:
+                return realize(base, plan, nid)
+            except ScheduleError:
+                return None
+
+        fast = built(one_step_reorder)
+        swapped = built(bubble)
+        assert (fast is None) == (swapped is None), plan.describe()
+        if fast is not None:
+            assert fast.key() == swapped.key(), plan.describe()
+            assert lt.apply_actions(base, fast.actions) == fast
+            compared += 1
+            one_step += not any(a.kind == "swap_loops" for a in fast.actions)
+    assert compared >= 30
+    if name != "MBV3-C64":       # its layers share loops: the swaps are kept there
+        assert one_step == compared
+
+
 @pytest.mark.parametrize("mapper,cost_model", [
     ("scripted", "measure"), ("scripted", "analytical"), ("random", "learned"),
     ("evolutionary", "measure"), ("evolutionary", "learned"), ("exhaustive", "analytical")])
