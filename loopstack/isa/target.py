@@ -49,6 +49,13 @@ class Target:
         """Independent FMA chains needed to hide the FMA latency (latency x pipes)."""
         return self.fma_units * self.fma_latency
 
+    @property
+    def block_registers(self) -> int:
+        """Vector registers an FMA register block may keep as accumulators: the code generator
+        reserves 3 to evaluate the statement (a broadcast, loaded operands), and without
+        opmask registers one more holds the mask of a vector tail."""
+        return self.vector_registers - 3 - (0 if self.has_masks else 1)
+
     def has(self, feature: str) -> bool:
         """Whether this CPU has `feature` (a lowercase /proc/cpuinfo name such as 'avx512_vnni')."""
         if feature not in cpu.KNOWN_FEATURES:

@@ -46,7 +46,7 @@ class Machine:
         # loads per cycle: 2 vectors from L1, one line every 2 cycles from L2, a quarter from L3
         bw = (2 * vec * ghz, LINE / 2 * ghz, LINE / 4 * ghz, 12.0)
         return Machine(peak, target.lanes(), target.fma_units * target.fma_latency,
-                       target.vector_registers - 3, (target.l1d, target.l2, target.l3), bw)
+                       target.block_registers, (target.l1d, target.l2, target.l3), bw)
 
 
 def _statements(ir):

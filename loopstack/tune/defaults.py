@@ -8,13 +8,13 @@ convolution, linear layers), the generator picks
   per reduction step a block issues `mr*nv` FMAs and loads a broadcast per row and a vector per
   column (a depthwise block, which has no reuse, loads one vector per FMA); `fma_units` FMAs
   issue per cycle and each accumulator chain takes `fma_latency` cycles per step. A dense block
-  takes at most the accumulators the backend allows (12 of 16 AVX2 registers); columns that find
-  no register beside them and the broadcast are re-read by every further row, and a block with
-  fewer chains than the latency needs gets a second accumulator set from the backend. Row and
-  vector tails are costed as smaller blocks (a vector tail narrower than half a block as half a
-  block), so 7- and 14-wide outputs pick blocks that divide them when that pays. (Goto & van de
-  Geijn / Smith: the micro-kernel is the largest block the registers hold whose loads the FMAs
-  hide.)
+  takes at most the accumulators the backend allows (`Target.block_registers`: 12 of 16 on
+  AVX2); columns that find no register beside them and the broadcast are re-read by every
+  further row, and a block with fewer chains than the latency needs gets a second accumulator
+  set from the backend. Row and vector tails are costed as smaller blocks (a vector tail
+  narrower than half a block as half a block), so 7- and 14-wide outputs pick blocks that divide
+  them when that pays. (Goto & van de Geijn / Smith: the micro-kernel is the largest block the
+  registers hold whose loads the FMAs hide.)
 * **cache tiles**: the slice of the reduced operand that one output block walks must stay close
   while the rows stream. Matmul: the `kc x nv*lanes` panel of B in half of L1, else k is tiled;
   B is packed per panel when it does not sit in L1. Direct convolution (the slicing analysis of
@@ -76,10 +76,9 @@ class BlockChoice:
 
 
 def dense_block_limit(tgt) -> int:
-    """Accumulators of a dense block: what the x86 backend leaves after reserving registers to
-    evaluate the statement (3, and an AVX2 tail mask)."""
-    reserve = 3 + (1 if tgt.vector_bits != 512 else 0)
-    return min(_MAX_ACC, tgt.vector_registers - reserve)
+    """Accumulators of a dense block: what the backend leaves after reserving registers to
+    evaluate the statement (Target.block_registers), at most _MAX_ACC."""
+    return min(_MAX_ACC, tgt.block_registers)
 
 
 def _dense_loads(mr, nv, tgt):

@@ -220,13 +220,13 @@ def actions_json(tree) -> list:
 
 # -- generators of plans ---------------------------------------------------------------------
 
-def register_blocks(target, dtype="float32", limit: int | None = None) -> list[tuple[int, int]]:
-    """(rows, vectors) output blocks the backend keeps in registers: 4 to `registers - 3`
-    accumulators (the broadcast and the loaded vectors take the rest; a column that finds no
-    register is an FMA memory operand, re-read by each row), up to 6 vectors wide (the wide
-    blocks of a convolution whose output rows are few)."""
-    regs = target.vector_registers if limit is None else limit
-    return [(rows, vecs) for vecs in range(1, 7) for rows in range(1, 17) if 4 <= rows * vecs <= regs - 3]
+def register_blocks(target) -> list[tuple[int, int]]:
+    """(rows, vectors) output blocks the backend keeps in registers: 4 to
+    `target.block_registers` accumulators (a column that finds no register beside them is an
+    FMA memory operand, re-read by each row), up to 6 vectors wide (the wide blocks of a
+    convolution whose output rows are few)."""
+    most = target.block_registers
+    return [(rows, vecs) for vecs in range(1, 7) for rows in range(1, 17) if 4 <= rows * vecs <= most]
 
 
 def tile_sizes(extent: int, lanes: int) -> list[int]:

@@ -87,6 +87,30 @@ def test_a_plan_reorders_in_one_step_as_adjacent_swaps_would(name, monkeypatch):
         assert one_step == compared
 
 
+def test_the_largest_register_blocks_are_blocks_the_backend_holds():
+    """register_blocks offers blocks up to Target.block_registers accumulators: the backend
+    keeps such a block in registers (one FMA destination per accumulator), and one row more
+    no longer (the search space would otherwise hold blocks that compile to something else)."""
+    from loopstack.isa.target import host_target
+    from loopstack.tune.space import register_blocks
+
+    tgt = host_target()
+    most = tgt.block_registers
+    assert max(r * v for r, v in register_blocks(tgt)) == most
+    C, _ = mm(n=64)
+    base = C.loop_tree
+    lanes = tgt.lanes()
+
+    def destinations(rows):
+        plan = Plan((("m", (rows,)), ("k", ()), ("n", (lanes,))), ("n", "m", "k", "m'", "n'"))
+        asm = realize(base, plan).compile(tgt).asm()
+        fmas = [line.split("vfmadd231ps", 1)[1] for line in asm.splitlines() if "vfmadd231ps" in line]
+        return {f.split(",")[0].strip() for f in fmas}
+
+    assert len(destinations(most)) == most
+    assert len(destinations(most + 1)) < most + 1
+
+
 @pytest.mark.parametrize("mapper,cost_model", [
     ("scripted", "measure"), ("scripted", "analytical"), ("random", "learned"),
     ("evolutionary", "measure"), ("evolutionary", "learned"), ("exhaustive", "analytical")])

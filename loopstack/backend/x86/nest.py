@@ -43,13 +43,10 @@ START_SLOT, END_SLOT = 0, 8
 
 
 def max_accumulators(target, stmt: Compute) -> int:
-    """Vector registers a register block may take, leaving room to evaluate the statement."""
-    reserve = 3
-    if uses_heavy_math(stmt.expr) or uses_heavy_math(stmt.post) or uses_heavy_math(stmt.init):
-        reserve += 4
-    if target.vector_bits != 512:
-        reserve += 1   # an AVX2 tail mask lives in a vector register
-    return target.vector_registers - reserve
+    """Vector registers a register block may take, leaving room to evaluate the statement
+    (exp, log and the like take 4 more temporaries)."""
+    heavy = uses_heavy_math(stmt.expr) or uses_heavy_math(stmt.post) or uses_heavy_math(stmt.init)
+    return target.block_registers - (4 if heavy else 0)
 
 
 @dataclass
