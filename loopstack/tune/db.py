@@ -8,7 +8,9 @@ a schedule) together with the target's identity, so the same program built again
 another process, finds its schedules.
 
     db = TuningDB(path)
-    db.record(key, target_id, actions, gflops, status)     every measurement
+    db.record(key, target_id, actions, gflops, status)     every measurement (the fastest
+                                                            becomes the best)
+    db.set_best(key, target_id, actions, gflops)           the tuner's confirmed winner
     db.best(key, target_id) -> (actions, gflops) | None
     db.export_jsonl(file) / db.import_jsonl(file)
     best_schedule(program_key, target_identity, path)      the frontend's hook
@@ -85,6 +87,13 @@ class TuningDB:
                     self.conn.execute("INSERT OR REPLACE INTO best VALUES (?,?,?,?)",
                                       (program, target, text, float(gflops)))
 
+    def set_best(self, program: str, target: str, actions, gflops: float) -> None:
+        """Make `actions` the best schedule (a tuner's confirmed winner replaces a luckier
+        single measurement)."""
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO best VALUES (?,?,?,?)",
+                              (program, target, json.dumps(actions), float(gflops)))
+
     def best(self, program: str, target: str):
         row = self.conn.execute("SELECT actions, gflops FROM best WHERE program=? AND target=?",
                                 (program, target)).fetchone()
@@ -96,23 +105,35 @@ class TuningDB:
         return [{"actions": json.loads(a), "gflops": g, "status": s, "mapper": m} for a, g, s, m in rows]
 
     def export_jsonl(self, path: str) -> int:
+        """Every measurement, then every best schedule (lines marked "best": the best is the
+        tuner's confirmed winner, not necessarily the fastest single measurement); the count of
+        lines written."""
         rows = self.conn.execute("SELECT program, target, name, shapes, dtypes, actions, gflops, status, "
                                  "mapper, created FROM measurements ORDER BY created").fetchall()
+        best = self.conn.execute("SELECT program, target, actions, gflops FROM best").fetchall()
         with open(path, "w") as f:
             for p, t, n, sh, dt, a, g, s, m, c in rows:
                 f.write(json.dumps({"program": p, "target": t, "name": n, "shapes": sh, "dtypes": dt,
                                     "actions": json.loads(a), "gflops": g, "status": s, "mapper": m,
                                     "created": c}) + "\n")
-        return len(rows)
+            for p, t, a, g in best:
+                f.write(json.dumps({"best": True, "program": p, "target": t, "actions": json.loads(a),
+                                    "gflops": g}) + "\n")
+        return len(rows) + len(best)
 
     def import_jsonl(self, path: str) -> int:
+        """Lines written by export_jsonl; the count of lines read."""
         n = 0
         with open(path) as f:
             for line in f:
                 if line.strip():
                     r = json.loads(line)
-                    self.record(r["program"], r["target"], r["actions"], r["gflops"], r["status"],
-                                r.get("name", ""), r.get("shapes", ""), r.get("dtypes", ""), r.get("mapper", ""))
+                    if r.get("best"):
+                        self.set_best(r["program"], r["target"], r["actions"], r["gflops"])
+                    else:
+                        self.record(r["program"], r["target"], r["actions"], r["gflops"], r["status"],
+                                    r.get("name", ""), r.get("shapes", ""), r.get("dtypes", ""),
+                                    r.get("mapper", ""))
                     n += 1
         return n
 
