@@ -21,9 +21,9 @@ import numpy as np
 from ..errors import ArgumentError, LoopstackError
 from .cost import Machine, make_cost_model
 from .db import TuningDB, describe_program, program_key
-from .lookup import OFF, configured_db_path
+from .lookup import OFF, configured_db_path, tuned_schedule
 from .measure import OK, WorkerPool, reference_output
-from .space import Plan, exact_plan, main_node, plan_of, realize, stage_node, var_sizes
+from .space import Plan, actions_json, exact_plan, main_node, plan_of, realize, stage_node, var_sizes
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class Session:
                     self.failed += 1
                 if g > self.best[0]:
                     self.best = (g, t)
-                actions = [[a.kind, list(a.args)] for a in t.actions]
+                actions = actions_json(t)
                 self.history.append({"t": time.monotonic() - self.t0, "gflops": g, "status": m.status,
                                      "best": max(self.best[0], 0.0), "detail": m.detail,
                                      "actions": actions})
@@ -215,7 +215,8 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
             if rebuilt is not None and rebuilt.key() == start_tree.key():
                 s.start_best = (start_gflops, s.start_plan)
             MAPPERS[mapper](s)
-            finalists = s.leaders(config.finalists) + [start_tree] + _stored_best(db, key, tgt, base)
+            stored = tuned_schedule(graph, tgt, db.path) if db is not None else None
+            finalists = s.leaders(config.finalists) + [start_tree] + ([stored] if stored is not None else [])
             medians = confirm(pool, finalists, config.confirm_rounds)
             best_tree = max(finalists, key=lambda t: medians[t.key()])
             best_g = medians[best_tree.key()]
@@ -224,7 +225,7 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
             else:                               # measured beside the winner: comparable
                 start_gflops = medians[start_tree.key()]
             if db is not None and best_g > 0:
-                db.set_best(key, tgt.identity, [[a.kind, list(a.args)] for a in best_tree.actions], best_g)
+                db.set_best(key, tgt.identity, actions_json(best_tree), best_g)
             seconds = time.monotonic() - t_start
             if start == "default":
                 default_gflops = start_gflops
@@ -236,7 +237,7 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
             db.close()
             schedules_changed()
     return TuneResult(name=name, gflops=max(best_g, 0.0), default_gflops=default_gflops, peak_gflops=peak,
-                      actions=[[a.kind, list(a.args)] for a in best_tree.actions], tree=best_tree,
+                      actions=actions_json(best_tree), tree=best_tree,
                       history=s.history, measured=len(s.history), failed=s.failed,
                       seconds=seconds, program=key, start=start, start_gflops=start_gflops)
 
@@ -256,19 +257,6 @@ def confirm(pool, finalists, rounds: int) -> dict:
         for t, m in zip(uniq, pool.measure(uniq)):
             got[t.key()].append(m.gflops if m.status == OK else 0.0)
     return {k: statistics.median(v) for k, v in got.items()}
-
-
-def _stored_best(db, key: str, target, base) -> list:
-    """The database's best schedule for this program and target, as a finalist ([] if none)."""
-    from .space import replay
-
-    hit = db.best(key, target.identity) if db is not None else None
-    if hit is None:
-        return []
-    try:
-        return [replay(base, hit[0])]
-    except LoopstackError:
-        return []
 
 
 def _default_tree(tensor, base, target):
