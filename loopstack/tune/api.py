@@ -201,6 +201,8 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
     inputs = _inputs(ir, config.seed)
     reference = reference_output(base, inputs)
     db = TuningDB(config.db_path) if config.use_db else None
+    # an earlier session's winner, read before this search records its own fastest measurements
+    stored = tuned_schedule(graph, tgt, db.path) if db is not None else None
     kw = {} if job is None else {"job": job}
     t_start = time.monotonic()
     try:
@@ -215,7 +217,6 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
             if rebuilt is not None and rebuilt.key() == start_tree.key():
                 s.start_best = (start_gflops, s.start_plan)
             MAPPERS[mapper](s)
-            stored = tuned_schedule(graph, tgt, db.path) if db is not None else None
             finalists = s.leaders(config.finalists) + [start_tree] + ([stored] if stored is not None else [])
             medians = confirm(pool, finalists, config.confirm_rounds)
             best_tree = max(finalists, key=lambda t: medians[t.key()])

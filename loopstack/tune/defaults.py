@@ -75,8 +75,8 @@ class BlockChoice:
     efficiency: float
 
 
-def dense_block_limit(tgt) -> int:
-    """Accumulators of a dense block: what the backend leaves after reserving registers to
+def block_limit(tgt) -> int:
+    """Accumulators of a register block: what the backend leaves after reserving registers to
     evaluate the statement (Target.block_registers), at most _MAX_ACC."""
     return min(_MAX_ACC, tgt.block_registers)
 
@@ -92,7 +92,7 @@ def _dense_loads(mr, nv, tgt):
 def _accumulator_sets(fmas, tgt, depthwise):
     """1, or 2 where the backend gives a dense block with fewer chains than the FMA latency
     needs a second accumulator set (alternate steps update it; its loop runs step pairs)."""
-    if not depthwise and fmas < tgt.accumulators and 2 * fmas <= dense_block_limit(tgt):
+    if not depthwise and fmas < tgt.accumulators and 2 * fmas <= block_limit(tgt):
         return 2
     return 1
 
@@ -107,11 +107,12 @@ def _block_cycles(mr, nv, tgt, depthwise):
 
 
 def _fits(mr, nv, tgt, depthwise):
+    """Whether an (mr, nv) block stays in registers: at most the backend's block limit, and
+    (depthwise) with a register beside the accumulators for each weight vector and the input."""
     acc = mr * nv
-    if depthwise:
-        regs = tgt.vector_registers
-        return acc <= min(_MAX_ACC, regs - 3) and acc + nv + 1 <= regs
-    return acc <= dense_block_limit(tgt)
+    if acc > block_limit(tgt):
+        return False
+    return not depthwise or acc + nv + 1 <= tgt.vector_registers
 
 
 def _output_cycles(mr, nv, row_extent, vec_vectors, tgt, depthwise):

@@ -80,3 +80,15 @@ def test_small_blocks_are_modelled_with_a_second_accumulator_set():
     (5 a step on 2 ports), not by the FMA latency (4 cycles a step)."""
     eff = {(b.mr, b.nv): b.efficiency for b in rank_blocks(1, 4, AVX2)}
     assert eff[(1, 4)] > 0.5 * 4 / 2 / (4 + 1)
+
+
+@pytest.mark.parametrize("name", ["avx2", "avx512"])
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_every_ranked_block_is_one_the_backend_holds_in_registers(name, depthwise):
+    """Rows of 13 or 26 once gave a depthwise block of 13 accumulators on AVX2, one more than the
+    backend keeps in registers (Target.block_registers), so the schedule compiled to another nest."""
+    tgt = get_target(name, check=False)
+    for rows in (7, 13, 26, 56):
+        for vectors in (1, 2, 3, 30):
+            for b in rank_blocks(rows, vectors, tgt, depthwise=depthwise):
+                assert b.mr * b.nv <= tgt.block_registers, (rows, vectors, b)

@@ -411,6 +411,33 @@ def test_a_lucky_measurement_does_not_crown_a_slower_schedule(tmp_path, monkeypa
     assert replay(base, actions).key() == start_tree.key() and gflops == 100.0
 
 
+def test_the_previous_sessions_best_is_a_finalist(tmp_path, monkeypatch):
+    """A schedule the search cannot propose (an unroll annotation is not in its space), stored as
+    an earlier session's best, is re-measured beside the new leaders and, being fastest there,
+    stays the result and the database's best."""
+    from loopstack.frontend.mutate import annotate
+    from loopstack.isa.target import host_target
+    from loopstack.tune.space import actions_json
+
+    C, _ = mm(64)
+    base = C.loop_tree
+    stored = realize(base, Plan((("m", (4,)), ("k", ()), ("n", (16,))), ("m", "n", "k", "m'", "n'")), main_node(base))
+    stored = annotate(stored, stored.loops[-1], "unroll")
+    cfg = config(tmp_path)
+    with tdb.TuningDB(cfg.db_path) as db:
+        db.set_best(tdb.program_key(program(C).graph), host_target().identity, actions_json(stored), 50.0)
+
+    def job(text, inputs, reference, runs, target, floor):
+        return Measurement(300.0 if lt.deserialize(text).key() == stored.key() else 100.0, OK)
+
+    res = tune(C, budget_s=1.0, mapper="random", config=cfg, job=job)
+    assert all(h["gflops"] == 100.0 for h in res.history)        # the search never proposed it
+    assert res.tree.key() == stored.key() and res.gflops == 300.0
+    with tdb.TuningDB(cfg.db_path) as db:
+        actions, gflops = db.best(res.program, host_target().identity)
+    assert replay(base, actions).key() == stored.key() and gflops == 300.0
+
+
 def test_a_search_can_start_from_the_unscheduled_program(tmp_path):
     C, ref = mm(64)
     res = tune(C, budget_s=1.0, mapper="scripted", cost_model="measure", config=config(tmp_path),
