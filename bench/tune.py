@@ -1,7 +1,7 @@
 """Autotuner benchmark: tuning curves per workload and the analytical model's rank correlation.
 
     python bench/tune.py [--workloads MM-128,MM-256,...] [--budget 60] [--workers 1]
-                         [--mappers scripted/measure,evolutionary/learned] [--db PATH]
+                         [--mappers scripted/measure,evolutionary/learned] [--db DIR]
                          [--plot DIR] [--json FILE] [--from default|unscheduled]
                          [--verify-rounds 7]
 
@@ -20,7 +20,9 @@ schedule, so the searches are compared without the head start a near-best defaul
 Then a sweep of matmul schedules (register blocks x reduction tiles x orders) is scored by
 the analytical model and measured: Spearman's rho between the two is printed and recorded
 (not asserted: timing belongs here, not in tests).
-The tuning database defaults to a fresh file next to the JSON (never the user's cache).
+Each search gets a tuning database of its own (in a fresh folder unless `--db DIR`; never the
+user's cache): a search re-measures the database's best among its finalists, so a shared one
+would hand one search's winner to the other.
 """
 from __future__ import annotations
 
@@ -166,7 +168,8 @@ def main() -> int:
     ap.add_argument("--mappers", default="scripted/measure,evolutionary/learned")
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--db", default=None)
+    ap.add_argument("--db", metavar="DIR", default=None,
+                    help="folder for the tuning databases, one per search (default: a fresh temporary one)")
     ap.add_argument("--plot", metavar="DIR")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--no-sweep", action="store_true")
@@ -174,7 +177,10 @@ def main() -> int:
     ap.add_argument("--verify-rounds", type=int, default=7,
                     help="interleaved rounds re-measuring the best schedules, the default and the peak")
     args = ap.parse_args()
-    db = args.db or os.path.join(tempfile.mkdtemp(prefix="loopstack-tune-"), "tuning.db")
+    # one database per search: a search re-measures the database's best among its finalists, so a
+    # shared one would hand the scripted tuner's winner to the search compared with it
+    db_dir = args.db or tempfile.mkdtemp(prefix="loopstack-tune-")
+    os.makedirs(db_dir, exist_ok=True)
     records = []
     print(f"searches start from the {'default schedule' if args.start == 'default' else 'unscheduled program'}")
     print(f"{'workload':10} {'search':22} {'best':>7} {'verif.':>7} {'%peak':>6} {'default':>8} {'%peak':>6} "
@@ -187,7 +193,8 @@ def main() -> int:
             mapper, cost = spec.split("/")
             t, _ = get_workload(name).build(0)
             res = tune(t, budget_s=args.budget, mapper=mapper, cost_model=cost, workers=args.workers,
-                       config=TuneConfig(db_path=db), name=name, start=args.start)
+                       config=TuneConfig(db_path=os.path.join(db_dir, spec.replace("/", "-") + ".db")),
+                       name=name, start=args.start)
             if mapper == "scripted":       # its fastest measurement, as the curves count them
                 script_best = max((h["best"] for h in res.history), default=0.0)
             curves[spec] = res.history
