@@ -40,7 +40,7 @@ from loopstack.tune.api import STARTS, TuneConfig, tune  # noqa: E402
 from loopstack.tune.defaults import default_schedule  # noqa: E402
 from loopstack.tune.cost import AnalyticalCost, Machine, spearman  # noqa: E402
 from loopstack.tune.measure import WorkerPool, reference_output  # noqa: E402
-from loopstack.tune.space import Plan, realize, register_blocks, replay  # noqa: E402
+from loopstack.tune.space import Plan, actions_json, realize, register_blocks, replay  # noqa: E402
 from loopstack.workloads import get_workload  # noqa: E402
 
 
@@ -51,13 +51,19 @@ def reached(history, target: float):
     return None
 
 
-def improvements(history) -> list[int]:
-    """Indices of the candidates that raised a search's best-so-far measurement."""
+def improvements(history, winner=None) -> list[int]:
+    """Indices of the candidates that raised a search's best-so-far measurement, and of the first
+    measurement of the search's winner (`winner`: its action trace), which the confirmation
+    rounds may have preferred to a faster single measurement."""
     best, out = 0.0, []
     for i, h in enumerate(history):
         if h["status"] == "ok" and h["gflops"] > best:
             best = h["gflops"]
             out.append(i)
+    if winner is not None:
+        first = next((i for i, h in enumerate(history) if h["actions"] == winner), None)
+        if first is not None and first not in out:
+            out = sorted(out + [first])
     return out
 
 
@@ -66,7 +72,7 @@ def reached_verified(history, checked: dict, spec: str, target: float):
     the verification rounds, runs within 1 % of it (None: none did).  A search's own figures
     come from different phases of a shared machine, so comparing one search's history with
     another's best can credit or miss a schedule by the host's swings alone."""
-    for i in improvements(history):
+    for i in sorted(k[1] for k in checked if isinstance(k, tuple) and k[0] == spec):
         if checked[(spec, i)][0] >= 0.99 * target:
             return i + 1
     return None
@@ -207,7 +213,7 @@ def main() -> int:
         t, _ = get_workload(name).build(0)
         base = t.loop_tree
         steps = {(spec, i): replay(base, curves[spec][i]["actions"])
-                 for spec in curves for i in improvements(curves[spec])}
+                 for spec in curves for i in improvements(curves[spec], actions_json(best_trees[spec]))}
         checked = verify({"default": default_schedule(t, host_target()), **best_trees, **steps}, args.verify_rounds)
         scripted_spec = next((spec for spec in curves if spec.startswith("scripted/")), None)
         for rec in records[-len(curves):]:
