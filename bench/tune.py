@@ -67,12 +67,12 @@ def improvements(history, winner=None) -> list[int]:
     return out
 
 
-def reached_verified(history, checked: dict, spec: str, target: float):
-    """Candidates a search measured before one that, re-measured beside the scripted winner in
-    the verification rounds, runs within 1 % of it (None: none did).  A search's own figures
-    come from different phases of a shared machine, so comparing one search's history with
-    another's best can credit or miss a schedule by the host's swings alone."""
-    for i in sorted(k[1] for k in checked if isinstance(k, tuple) and k[0] == spec):
+def reached_verified(points: list[int], checked: dict, spec: str, target: float):
+    """Candidates a search measured before one of its `points` (history indices) that, re-measured
+    beside the scripted winner in the verification rounds, runs within 1 % of it (None: none did).
+    A search's own figures come from different phases of a shared machine, so comparing one
+    search's history with another's best can credit or miss a schedule by the host's swings alone."""
+    for i in points:
         if checked[(spec, i)][0] >= 0.99 * target:
             return i + 1
     return None
@@ -212,15 +212,15 @@ def main() -> int:
             records.append(rec)
         t, _ = get_workload(name).build(0)
         base = t.loop_tree
-        steps = {(spec, i): replay(base, curves[spec][i]["actions"])
-                 for spec in curves for i in improvements(curves[spec], actions_json(best_trees[spec]))}
+        points = {spec: improvements(curves[spec], actions_json(best_trees[spec])) for spec in curves}
+        steps = {(spec, i): replay(base, curves[spec][i]["actions"]) for spec in curves for i in points[spec]}
         checked = verify({"default": default_schedule(t, host_target()), **best_trees, **steps}, args.verify_rounds)
         scripted_spec = next((spec for spec in curves if spec.startswith("scripted/")), None)
         for rec in records[-len(curves):]:
             spec = rec["name"].split("/", 1)[1]
             n = reached(curves[spec], script_best) if script_best else None
             rec["measured_to_scripted_best"] = n
-            nv = (reached_verified(curves[spec], checked, spec, checked[scripted_spec][0])
+            nv = (reached_verified(points[spec], checked, spec, checked[scripted_spec][0])
                   if scripted_spec else None)
             rec["verified_measured_to_scripted_best"] = nv
             rec["verified_gflops"], rec["percent_of_peak"] = checked[spec]

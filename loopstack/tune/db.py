@@ -84,15 +84,16 @@ class TuningDB:
                 row = self.conn.execute("SELECT gflops FROM best WHERE program=? AND target=?",
                                         (program, target)).fetchone()
                 if row is None or gflops > row[0]:
-                    self.conn.execute("INSERT OR REPLACE INTO best VALUES (?,?,?,?)",
-                                      (program, target, text, float(gflops)))
+                    self._write_best(program, target, text, gflops)
 
     def set_best(self, program: str, target: str, actions, gflops: float) -> None:
         """Make `actions` the best schedule (a tuner's confirmed winner replaces a luckier
         single measurement)."""
         with self.conn:
-            self.conn.execute("INSERT OR REPLACE INTO best VALUES (?,?,?,?)",
-                              (program, target, json.dumps(actions), float(gflops)))
+            self._write_best(program, target, json.dumps(actions), gflops)
+
+    def _write_best(self, program: str, target: str, text: str, gflops: float) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO best VALUES (?,?,?,?)", (program, target, text, float(gflops)))
 
     def best(self, program: str, target: str):
         row = self.conn.execute("SELECT actions, gflops FROM best WHERE program=? AND target=?",
