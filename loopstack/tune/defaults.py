@@ -9,8 +9,8 @@ convolution, linear layers), the generator picks
   column (a depthwise block, which has no reuse, loads one vector per FMA); `fma_units` FMAs
   issue per cycle and each accumulator chain takes `fma_latency` cycles per step. A dense block
   takes at most the accumulators the backend allows (`Target.block_registers`: 12 of 16 on
-  AVX2); columns that find no register beside them and the broadcast are re-read by every
-  further row, and a block with fewer chains than the latency needs gets a second accumulator
+  AVX2, 29 of 32 on AVX-512) and at most MAX_BLOCK_VECTORS vectors across; columns that find
+  no register beside them and the broadcast are re-read by every further row, and a block with fewer chains than the latency needs gets a second accumulator
   set from the backend. Row and vector tails are costed as smaller blocks (a vector tail
   narrower than half a block as half a block), so 7- and 14-wide outputs pick blocks that divide
   them when that pays. (Goto & van de Geijn / Smith: the micro-kernel is the largest block the
@@ -46,7 +46,10 @@ __all__ = ["default_schedule", "best_known_schedule", "chosen_schedule", "schedu
 
 _BYTES = 4              # fp32
 _LINE = 64
-_MAX_ACC = 13           # the x86 backend keeps at most this many accumulators of an FMA block
+_DEPTHWISE_MAX_ACC = 13 # a depthwise block reuses no loaded vector: more accumulators only add tails
+# vectors across a dense block: a wider one re-reads most of its columns for every row (AVX-512
+# MLP-8x1024: a 2 x 14 block ran at 0.73x a 4 x 6 one); the search space offers no wider either
+MAX_BLOCK_VECTORS = 6
 _PACK_MIN_ROWS = 8      # pack B panels when at least this many output rows sweep each one
 _PACK_PANEL = 64 << 10  # the largest packed panel (bytes) left untiled along k
 _LOAD_PORTS = 2         # vector loads issued per cycle
@@ -75,10 +78,17 @@ class BlockChoice:
     efficiency: float
 
 
-def block_limit(tgt) -> int:
+def block_limit(tgt, depthwise=False) -> int:
     """Accumulators of a register block: what the backend leaves after reserving registers to
-    evaluate the statement (Target.block_registers), at most _MAX_ACC."""
-    return min(_MAX_ACC, tgt.block_registers)
+    evaluate the statement (Target.block_registers: 12 on AVX2, 29 on AVX-512), and for a
+    depthwise block at most _DEPTHWISE_MAX_ACC.
+
+    (Measured on an AVX-512 Xeon in interleaved rounds, blocks of up to 29 accumulators against
+    13: MM-512 14x2 against 3x4 1.18x, MLP-64x1024 1.48x, CONV-1..4 1.08-1.17x; depthwise
+    DWCONV-2 lost a sixth with 28-row blocks.)"""
+    if depthwise:
+        return min(_DEPTHWISE_MAX_ACC, tgt.block_registers)
+    return tgt.block_registers
 
 
 def _dense_loads(mr, nv, tgt):
@@ -92,7 +102,7 @@ def _dense_loads(mr, nv, tgt):
 def _accumulator_sets(fmas, tgt, depthwise):
     """1, or 2 where the backend gives a dense block with fewer chains than the FMA latency
     needs a second accumulator set (alternate steps update it; its loop runs step pairs)."""
-    if not depthwise and fmas < tgt.accumulators and 2 * fmas <= block_limit(tgt):
+    if not depthwise and fmas < tgt.accumulators and 2 * fmas <= block_limit(tgt, depthwise):
         return 2
     return 1
 
@@ -110,7 +120,7 @@ def _fits(mr, nv, tgt, depthwise):
     """Whether an (mr, nv) block stays in registers: at most the backend's block limit, and
     (depthwise) with a register beside the accumulators for each weight vector and the input."""
     acc = mr * nv
-    if acc > block_limit(tgt):
+    if acc > block_limit(tgt, depthwise):
         return False
     return not depthwise or acc + nv + 1 <= tgt.vector_registers
 
@@ -141,7 +151,8 @@ def rank_blocks(row_extent: int, vec_vectors: int, tgt, depthwise=False, packed=
     `packed`: the reduced operand is staged in panels of the block's width, so a block whose
     width is not a whole number of cache lines does not split lines."""
     ranked = []
-    for nv in range(1, min(vec_vectors, tgt.vector_registers) + 1):
+    widest = tgt.vector_registers if depthwise else MAX_BLOCK_VECTORS
+    for nv in range(1, min(vec_vectors, widest) + 1):
         for mr in range(1, max(1, row_extent) + 1):
             if not _fits(mr, nv, tgt, depthwise):
                 break

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ScheduleError
 from ..frontend.mutate import Action, apply_actions
+from .defaults import MAX_BLOCK_VECTORS
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,8 @@ def register_blocks(target) -> list[tuple[int, int]]:
     FMA memory operand, re-read by each row), up to 6 vectors wide (the wide blocks of a
     convolution whose output rows are few)."""
     most = target.block_registers
-    return [(rows, vecs) for vecs in range(1, 7) for rows in range(1, 17) if 4 <= rows * vecs <= most]
+    return [(rows, vecs) for vecs in range(1, MAX_BLOCK_VECTORS + 1) for rows in range(1, 17)
+            if 4 <= rows * vecs <= most]
 
 
 def tile_sizes(extent: int, lanes: int) -> list[int]:

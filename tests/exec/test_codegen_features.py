@@ -38,6 +38,7 @@ def matmul_args(M, N, K, dtype=np.float32):
 
 
 # -- register blocking ------------------------------------------------------------------
+# (AVX2 code, whatever the host's widest target: the register counts below are AVX2's 16)
 
 
 def _loop_body(listing: str, label: str) -> list[str]:
@@ -48,7 +49,7 @@ def _loop_body(listing: str, label: str) -> list[str]:
 
 
 def test_6x16_block_keeps_twelve_accumulators_in_registers():
-    kernel = compile(matmul_tree(96, 96, 96, BLOCK_6x16))
+    kernel = compile(matmul_tree(96, 96, 96, BLOCK_6x16), target="avx2")
     body = _loop_body(kernel.asm(), "k0_top:")
     fmas = [line for line in body if "vfmadd231ps" in line]
     assert len(fmas) == 12 * UNROLL_REDUCTION                  # 6 rows x 2 vectors of 8 per k step
@@ -112,7 +113,7 @@ def _loop_bodies(listing: str, label: str) -> list[list[str]]:
 def test_small_block_alternates_two_accumulator_sets(K):
     """A 2 x 16 block has 4 FMA chains, half of what the FMA latency needs: alternate k steps
     update a second set of 4, added into the first after the loop."""
-    kernel = compile(matmul_tree(2, 16, K, (("n", 16), ("m", 2), ("k", 1), ("m", 1), ("n", 1))))
+    kernel = compile(matmul_tree(2, 16, K, (("n", 16), ("m", 2), ("k", 1), ("m", 1), ("n", 1))), target="avx2")
     A, B = matmul_args(2, 16, K)
     np.testing.assert_allclose(kernel.run(A, B)[0], A @ B, rtol=1e-4, atol=1e-4)
     if K >= 2 * UNROLL_REDUCTION:
@@ -125,7 +126,7 @@ def test_block_columns_beyond_the_free_registers_are_memory_operands():
     """A 3 x 32 block: 12 accumulators and a broadcast leave 3 registers for the 4 columns of B.
     Three columns stay in registers and the fourth is an FMA memory operand of every row:
     9 loads a k step, not a reload of every column for every row."""
-    kernel = compile(matmul_tree(3, 32, 64, (("n", 32), ("m", 3), ("k", 1), ("m", 1), ("n", 1))))
+    kernel = compile(matmul_tree(3, 32, 64, (("n", 32), ("m", 3), ("k", 1), ("m", 1), ("n", 1))), target="avx2")
     (body,) = _loop_bodies(kernel.asm(), "k0_top:")
     steps = UNROLL_REDUCTION
     assert sum("vfmadd231ps" in line for line in body) == 12 * steps
@@ -140,7 +141,7 @@ def test_row_tail_blocks_keep_their_reduction_loop():
     """7 rows in blocks of 4: the block of 4 and the tail of 3 each run their own k loop (with
     two accumulator sets). Blocking both row iterations at once would hold idle accumulators
     and, unrolled for them, unroll the whole k loop too."""
-    kernel = compile(matmul_tree(7, 8, 64, (("n", 8), ("m", 4), ("k", 1), ("m", 1), ("n", 1))))
+    kernel = compile(matmul_tree(7, 8, 64, (("n", 8), ("m", 4), ("k", 1), ("m", 1), ("n", 1))), target="avx2")
     bodies = _loop_bodies(kernel.asm(), "k0_top:")
     assert [len(_accumulators(b)) for b in bodies] == [8, 6]
     A, B = matmul_args(7, 8, 64)

@@ -50,9 +50,9 @@ def test_error_paths_are_one_line(argv, msg, capsys):
 
 
 def test_show_and_asm(capsys):
-    assert main(["show", "mm-64"]) == 0
+    assert main(["show", "mm-64", "--target", "avx2"]) == 0
     out = capsys.readouterr().out
-    assert "for n in 4" in out and "multiply" in out
+    assert "for n in 4" in out and "multiply" in out          # 64 columns in panels of 2 x 8 lanes
     assert main(["asm", "MM-64"]) == 0
     assert "vfmadd231ps" in capsys.readouterr().out
 
@@ -133,16 +133,39 @@ def test_verdict_columns():
 
 
 def test_default_schedule_packs_wide_matmul_panels():
+    from loopstack.isa.target import TARGETS
     from loopstack.tune.defaults import default_schedule
 
     Y, ref = get_workload("MM-128").build(seed=2)
-    tree = default_schedule(Y)
+    tree = default_schedule(Y, TARGETS["avx2"])               # 32 KiB of L1 (the description's own)
     assert any(tree.graph.node(tree.ir_node(r)).op == "copy" for r in tree.nodes)
     temps = [b for b in tree.lower().temps]
     assert [tuple(b.shape) for b in temps] == [(128, 16)]     # one 16-wide panel of B
     Y.set(tree)
     np.testing.assert_allclose(Y.numpy(), ref(), rtol=1e-4, atol=1e-4)
     Y, _ = get_workload("MM-64").build(seed=2)                 # B fits half of L1: no packing
-    tree = default_schedule(Y)
+    tree = default_schedule(Y, TARGETS["avx2"])
     assert all(tree.graph.node(tree.ir_node(r)).op != "copy" for r in tree.nodes)
 
+
+
+def test_percent_of_peak_is_each_rounds_share_of_the_peak_probed_beside_it(monkeypatch):
+    """A machine whose speed halves and doubles between rounds: the kernel keeps pace with the
+    probe beside it, so its share is 50 % in every round, where one peak probed at the start
+    would rate the rounds at 50, 25 and 100 %."""
+    import loopstack.isa.target as T
+    from loopstack.backend.kernel_base import KernelBase
+
+    speeds = iter([100.0, 50.0, 200.0])
+    current = {}
+
+    def probe(target=None, seconds=0.05):
+        current["peak"] = next(speeds)
+        return current["peak"]
+
+    monkeypatch.setattr(T, "measure_peak", probe)
+    monkeypatch.setattr(KernelBase, "benchmark", lambda self, *a, **k: current["peak"] / 2)
+    row = bench.measure_workload(get_workload("MM-64"), [], runs=1, rounds=3)
+    assert row["peak_percent"] == 50.0 and row["peak_gflops"] == 100.0 and row["gflops"] == 50.0
+    assert bench.percent_of_peak(row) == 50.0 and "50.0%" in bench.format_table([row], [])
+    assert bench.record(row)["peak_percent"] == 50.0

@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 
 import loopstack as lt
-from loopstack.isa.target import get_target
+from loopstack.isa.target import TARGETS
 from loopstack.tune.defaults import choose_block, default_schedule, rank_blocks
 from loopstack.workloads import conv_reference, conv_tensor, get_workload
 
-AVX2 = get_target("avx2", check=False)
+AVX2 = TARGETS["avx2"]      # the host-independent description: 32 KiB L1, 512 KiB L2 (Zen 3)
 
 
 def _conv(h, c, k, stride=1, pad=1, seed=0):
@@ -87,8 +87,54 @@ def test_small_blocks_are_modelled_with_a_second_accumulator_set():
 def test_every_ranked_block_is_one_the_backend_holds_in_registers(name, depthwise):
     """Rows of 13 or 26 once gave a depthwise block of 13 accumulators on AVX2, one more than the
     backend keeps in registers (Target.block_registers), so the schedule compiled to another nest."""
-    tgt = get_target(name, check=False)
+    tgt = TARGETS[name]
     for rows in (7, 13, 26, 56):
         for vectors in (1, 2, 3, 30):
             for b in rank_blocks(rows, vectors, tgt, depthwise=depthwise):
                 assert b.mr * b.nv <= tgt.block_registers, (rows, vectors, b)
+
+
+def _block_fma_destinations(tree, tgt):
+    """Registers written by the FMAs of `tree` compiled for `tgt` (emitted only: no AVX-512 CPU
+    needed), in the loop that writes the most of them: the main block's reduction loop."""
+    import re
+
+    from loopstack.backend.x86.compile import emit_x86
+
+    _, _, segments, _ = emit_x86(tree.lower(), tgt)
+    most = set()
+    for asm, _ in segments:
+        lines = asm.listing().splitlines()
+        for i, top in enumerate(lines):
+            if not re.match(r"\w+_top:$", top):
+                continue
+            end = next(j for j in range(i, len(lines)) if re.search(rf"\bjne {top[:-1]}$", lines[j]))
+            dest = {re.search(r"vfmadd231ps (\w+)", line).group(1) for line in lines[i:end] if "vfmadd231ps" in line}
+            most = max(most, dest, key=len)
+    return most
+
+
+@pytest.mark.parametrize("name", ["MM-256", "CONV-1"])
+def test_avx512_dense_blocks_use_the_wide_register_file(name):
+    """AVX-512 has 32 registers: a dense block takes up to Target.block_registers (29)
+    accumulators, not AVX2's dozen, and the backend keeps every one in a register."""
+    tgt = TARGETS["avx512"]
+    Y, _ = get_workload(name).build(seed=0)
+    tree = default_schedule(Y, tgt)
+    mr, nv = _block(tree, tgt)
+    assert 13 < mr * nv <= tgt.block_registers
+    assert len(_block_fma_destinations(tree, tgt)) == mr * nv
+
+
+def test_avx512_depthwise_blocks_stay_small():
+    tgt = TARGETS["avx512"]
+    for rows in (14, 28, 56):
+        b = choose_block(rows, 5, tgt, depthwise=True)
+        assert b.mr * b.nv <= 13
+
+
+def _block(tree, tgt):
+    """(rows, vectors) of the register block: the two innermost loops of the reduction."""
+    (order,) = [ns.order for i, ns in tree.schedule if tree.graph.reduced(tree.graph.node(i))]
+    (_, rows, _), (_, width, _) = order[-2:]
+    return rows, -(-width // tgt.lanes())
