@@ -46,7 +46,7 @@ __all__ = ["default_schedule", "best_known_schedule", "chosen_schedule", "schedu
 
 _BYTES = 4              # fp32
 _LINE = 64
-_DEPTHWISE_MAX_ACC = 13 # a depthwise block reuses no loaded vector: more accumulators only add tails
+_DEPTHWISE_MAX_ACC = 13  # a depthwise block reuses no loaded vector: more accumulators only add tails
 # vectors across a dense block: a wider one re-reads most of its columns for every row (AVX-512
 # MLP-8x1024: a 2 x 14 block ran at 0.73x a 4 x 6 one); the search space offers no wider either
 MAX_BLOCK_VECTORS = 6
@@ -84,7 +84,7 @@ def block_limit(tgt, depthwise=False) -> int:
     depthwise block at most _DEPTHWISE_MAX_ACC.
 
     (Measured on an AVX-512 Xeon in interleaved rounds, blocks of up to 29 accumulators against
-    13: MM-512 14x2 against 3x4 1.18x, MLP-64x1024 1.48x, CONV-1..4 1.08-1.17x; depthwise
+    13: MM-512 14x2 against 3x4 1.18x, MLP-64x1024 1.48x, CONV-1..4 1.08-1.18x; depthwise
     DWCONV-2 lost a sixth with 28-row blocks.)"""
     if depthwise:
         return min(_DEPTHWISE_MAX_ACC, tgt.block_registers)
