@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -180,7 +181,7 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
     searches are compared without the head start a good default gives both)."""
     from ..frontend.run import program, schedules_changed
     from ..frontend.tree import LoopTree, default_schedule
-    from ..isa.target import get_target, peak_gflops
+    from ..isa.target import get_target, measure_peak, peak_gflops
     from .mappers import MAPPERS
 
     if mapper not in MAPPERS:
@@ -218,7 +219,8 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
                 s.start_best = (start_gflops, s.start_plan)
             MAPPERS[mapper](s)
             finalists = s.leaders(config.finalists) + [start_tree] + ([stored] if stored is not None else [])
-            medians = confirm(pool, finalists, config.confirm_rounds)
+            medians, peaks = confirm(pool, finalists, config.confirm_rounds, probe=lambda: measure_peak(tgt))
+            peak = statistics.median(peaks)     # the peak as it was beside the winner's measurements
             best_tree = max(finalists, key=lambda t: medians[t.key()])
             best_g = medians[best_tree.key()]
             if best_g <= 0:                     # every finalist failed its re-measurement
@@ -243,21 +245,25 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
                       seconds=seconds, program=key, start=start, start_gflops=start_gflops)
 
 
-def confirm(pool, finalists, rounds: int) -> dict:
-    """Tree key -> the finalist's median GFLOPS over `rounds` interleaved re-measurements.
+def confirm(pool, finalists, rounds: int, probe=None) -> tuple[dict, list]:
+    """(tree key -> the finalist's median GFLOPS over `rounds` interleaved re-measurements,
+    the FMA peak `probe()` measured before each round).
 
     The best of hundreds of measurements on a shared machine is partly luck (a candidate
     measured in a quiet moment beats an equal one by 10 % or more), so the search's maximum
     overstates its winner and can crown a schedule slower than the start.  The few best are
-    measured again side by side with the start (a failed measurement counts 0)."""
-    import statistics
-
+    measured again side by side with the start (a failed measurement counts 0), and the peak
+    beside them (one probed at the start of a long search rates the winner against the machine
+    as it was then: 163 % of it once, on a cloud Xeon)."""
     uniq = list({t.key(): t for t in finalists}.values())
     got: dict = {t.key(): [] for t in uniq}
+    peaks = []
     for _ in range(max(1, rounds)):
+        if probe is not None:
+            peaks.append(probe())
         for t, m in zip(uniq, pool.measure(uniq)):
             got[t.key()].append(m.gflops if m.status == OK else 0.0)
-    return {k: statistics.median(v) for k, v in got.items()}
+    return {k: statistics.median(v) for k, v in got.items()}, peaks
 
 
 def _default_tree(tensor, base, target):

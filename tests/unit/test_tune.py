@@ -502,3 +502,17 @@ def test_evolutionary_search_explores_on_predictions_and_measures_a_few(monkeypa
     # (one generation per measured batch would give under 5 predictions per measurement)
     assert made[0].predicted >= 10 * res.measured > 0
     assert [h["best"] for h in res.history] == sorted(h["best"] for h in res.history)
+
+
+def test_the_reported_peak_is_probed_beside_the_final_measurements(tmp_path, monkeypatch):
+    """TuneResult.peak_gflops is the median of the probes taken beside the finalists'
+    re-measurements, not the probe taken before the search (a cloud Xeon's core speed drifted
+    by a third between the two)."""
+    import loopstack.isa.target as T
+
+    probes = iter([100.0, 300.0, 200.0, 250.0, 150.0, 400.0, 350.0])
+    monkeypatch.setattr(T, "peak_gflops", lambda *a, **k: 50.0)
+    monkeypatch.setattr(T, "measure_peak", lambda *a, **k: next(probes))
+    C, _ = mm()
+    res = tune(C, budget_s=0.5, mapper="random", workers=1, config=config(tmp_path, confirm_rounds=3))
+    assert res.peak_gflops == 200.0          # the median of the first three probes
