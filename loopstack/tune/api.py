@@ -190,7 +190,7 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
         raise ArgumentError(f"unknown start {start!r}; known: {', '.join(STARTS)}")
     config = config or TuneConfig.from_env()
     tgt = get_target(target)
-    peak = peak_gflops(tgt, seconds=0.3)   # a longer probe: a noisy peak skews % of peak
+    peak = peak_gflops(tgt, seconds=0.3)   # the cost models' peak (the reported one: see confirm)
     machine = Machine.of(tgt, peak)
     cost = make_cost_model(cost_model, machine)
     graph = program(tensor).graph

@@ -10,11 +10,12 @@ convolution, linear layers), the generator picks
   issue per cycle and each accumulator chain takes `fma_latency` cycles per step. A dense block
   takes at most the accumulators the backend allows (`Target.block_registers`: 12 of 16 on
   AVX2, 29 of 32 on AVX-512) and at most MAX_BLOCK_VECTORS vectors across; columns that find
-  no register beside them and the broadcast are re-read by every further row, and a block with fewer chains than the latency needs gets a second accumulator
-  set from the backend. Row and vector tails are costed as smaller blocks (a vector tail
-  narrower than half a block as half a block), so 7- and 14-wide outputs pick blocks that divide
-  them when that pays. (Goto & van de Geijn / Smith: the micro-kernel is the largest block the
-  registers hold whose loads the FMAs hide.)
+  no register beside them and the broadcast are re-read by every further row, and a block
+  with fewer chains than the latency needs gets a second accumulator set from the backend.
+  Row and vector tails are costed as smaller blocks (a vector tail narrower than half a block
+  as half a block), so 7- and 14-wide outputs pick blocks that divide them when that pays.
+  (Goto & van de Geijn / Smith: the micro-kernel is the largest block the registers hold whose
+  loads the FMAs hide.)
 * **cache tiles**: the slice of the reduced operand that one output block walks must stay close
   while the rows stream. Matmul: the `kc x nv*lanes` panel of B in half of L1, else k is tiled;
   B is packed per panel when it does not sit in L1. Direct convolution (the slicing analysis of
@@ -102,7 +103,7 @@ def _dense_loads(mr, nv, tgt):
 def _accumulator_sets(fmas, tgt, depthwise):
     """1, or 2 where the backend gives a dense block with fewer chains than the FMA latency
     needs a second accumulator set (alternate steps update it; its loop runs step pairs)."""
-    if not depthwise and fmas < tgt.accumulators and 2 * fmas <= block_limit(tgt, depthwise):
+    if not depthwise and fmas < tgt.accumulators and 2 * fmas <= block_limit(tgt):
         return 2
     return 1
 
