@@ -420,3 +420,21 @@ def test_avx512_matmul_and_math():
     x = A @ B
     want = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
     np.testing.assert_allclose(kernel.run(A, B)[0], want, rtol=1e-4, atol=1e-4)
+
+
+# -- prefetch of streamed weight tiles ------------------------------------------------------
+@pytest.mark.parametrize("name", ["CONV-3", "CONV-4"])
+def test_convolutions_that_prefetch_their_next_weight_tile_compute_the_same(name):
+    """Weights from beyond L2 are prefetched a tile ahead (backend.prefetch); the prefetches
+    decode, and the kernel's results match numpy's."""
+    from loopstack.frontend.run import program
+    from loopstack.tune.defaults import default_schedule
+    from loopstack.workloads import get_workload
+
+    Y, reference = get_workload(name).build(seed=0)
+    kernel = compile(default_schedule(Y, get_target("avx2")).lower(), target="avx2")
+    assert "prefetcht0" in kernel.asm()
+    assert_decodes(kernel)
+    out = empty_aligned(Y.shape, np.float32)
+    kernel(*[r.data for r in program(Y).reads], out)
+    np.testing.assert_allclose(out, reference(), rtol=1e-4, atol=1e-4)

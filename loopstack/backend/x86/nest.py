@@ -17,7 +17,8 @@ emit it:
     accumulators are loaded (or initialised) before it and stored (after post-ops) once
     after it. Its innermost reduction loop runs UNROLL_REDUCTION iterations a trip, and a
     block with fewer accumulators than the FMA latency needs keeps a second set that
-    alternate iterations update.
+    alternate iterations update. A block that re-reads a tile of an operand streamed from
+    beyond L2 starts by prefetching its share of the next tile (backend.prefetch).
 Straight-line code between control-flow points is collected as statement instances and
 emitted together, so loads used several times are loaded once (paper §5.1, reuse).
 """
@@ -32,6 +33,7 @@ from ..analysis import (
     VectorPlan, block_footprint, byte_map, chain_below, indexes_output, loop_delta, perfect_statement,
     reads_output, reduction_loops, subtree_size, trips, uses_heavy_math, vector_plan,
 )
+from ..prefetch import LINE, prefetch_plans
 from .emitter import ARITH, Emitter, Shape, Val
 
 CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
@@ -40,6 +42,8 @@ ALLOCATABLE = tuple(r for r in GPR64 if r not in (rax, rsp))
 FRAME = 128            # start/end, and counters that do not fit in registers
 UNROLL_REDUCTION = 2   # iterations per trip of a register block's innermost reduction loop
 START_SLOT, END_SLOT = 0, 8
+COUNTER_REGISTERS = 10  # registers left to loop counters before a prefetch pointer takes one
+PREFETCH = "prefetcht0" # into L1 (and L2): measured ahead of prefetchnta and prefetcht1 on Zen 3
 
 
 def max_accumulators(target, stmt: Compute) -> int:
@@ -115,6 +119,7 @@ class SegmentCompiler:
         self._plans: dict[int, VectorPlan | None] = {}
         self._loop_streams: dict[int, set] = {}
         self._enclosing: dict[int, tuple] | None = None     # id(node) -> loops around it
+        self.prefetches: list = []      # backend.prefetch plans with a pointer register
 
     def plan(self, tree, lp: Loop) -> VectorPlan | None:
         """vector_plan, once per loop of this segment."""
@@ -132,8 +137,12 @@ class SegmentCompiler:
             raise UnsupportedError(
                 f"{len(streams)} distinct access streams in one nest exceed the {len(regs) - 2} "
                 "pointer registers; stage some inputs (copy_input) to share layouts")
+        # operands that stream from beyond L2 get a prefetch pointer, while the loop counters
+        # keep registers of their own
+        plans = [p for p in prefetch_plans(self.tree, self.node, self.target.l2) if p.stream not in streams]
+        self.prefetches = plans[:max(0, len(regs) - len(streams) - COUNTER_REGISTERS)]
         pointers = {}
-        for s in streams:
+        for s in streams + [p.stream for p in self.prefetches]:
             pointers[s] = regs.pop(0)
         self.free_gprs = regs
         self.em = Emitter(a, self.target, self.tree, pointers)
@@ -331,8 +340,9 @@ class SegmentCompiler:
         """The access streams of the statements under `lp` (the pointers it must move)."""
         key = id(lp)
         if key not in self._loop_streams:
-            self._loop_streams[key] = {self.em.bytemap(acc).stream
-                                       for s in statements(lp) for acc in (s.out, *s.reads())}
+            stmts = list(statements(lp))
+            self._loop_streams[key] = {self.em.bytemap(acc).stream for s in stmts for acc in (s.out, *s.reads())}
+            self._loop_streams[key] |= {p.stream for p in self.prefetches if any(s is p.stmt for s in stmts)}
         return self._loop_streams[key]
 
     def _deltas(self, lp: Loop, per_iteration_elems: int | None = None, iterations: int = 1):
@@ -483,6 +493,7 @@ class SegmentCompiler:
             acc_shape = shape if along else Shape(True, self.width, self.width, plan.loop.dim)
             self._init_accumulator(reg, stmt, static, acc_shape if along else Shape(False, 1, self.width, None),
                                    along, fused)
+        self._prefetch(root, stmt, ctx)
         inner, factor, sets = self._inner_reduction(chain, stmt, ctx, len(accs), along)
         alt = self._second_set(stmt, keys) if sets == 2 else None
         self.flush_cache_only()
@@ -500,6 +511,17 @@ class SegmentCompiler:
             em.regs.release(reg)
             self.flush_cache_only()
         em.drop_masks()
+
+    def _prefetch(self, root: Loop, stmt: Compute, ctx: Ctx) -> None:
+        """This pass's share of the next tile of each operand a prefetch plan names (see
+        backend.prefetch), when the block runs inside the plan's pass loops."""
+        around = {lp.var for lp in self._stack_to(root)}
+        for p in self.prefetches:
+            if p.stmt is stmt and set(p.passes) <= around:
+                reg = self.em.pointers[p.stream]
+                disp = p.displacement(ctx.static)
+                for j in range(p.lines):
+                    self.asm.emit(PREFETCH, Mem(reg, disp=disp + LINE * j, bits=8))
 
     def _inner_reduction(self, chain, stmt: Compute, ctx: Ctx, n_acc: int, along: bool):
         """(loop, unroll factor, accumulator sets) for the innermost reduction loop of a block

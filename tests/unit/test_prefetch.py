@@ -1,0 +1,98 @@
+"""backend.prefetch: which operands get a prefetch of their next tile, and where its lines land.
+
+Host-independent: the trees are emitted (not run) for the AVX2 description with Zen 3's caches."""
+import itertools
+import re
+
+import pytest
+
+from loopstack.backend.analysis import byte_map, loop_delta
+from loopstack.backend.prefetch import LINE, prefetch_plans
+from loopstack.backend.x86.compile import emit_x86
+from loopstack.isa.target import TARGETS
+from loopstack.looptree.builders import matmul_tree
+from loopstack.looptree.ir import Loop
+from loopstack.tune.defaults import default_schedule
+from loopstack.workloads import get_workload
+
+AVX2 = TARGETS["avx2"]
+
+
+def _lowered(name, target=AVX2):
+    Y, _ = get_workload(name).build(seed=0)
+    lowered, _, segments, _ = emit_x86(default_schedule(Y, target).lower(), target)
+    return lowered, segments
+
+
+def _plans(lowered, cache):
+    return [(node, p) for node in lowered.body for p in prefetch_plans(lowered, node, cache)]
+
+
+@pytest.mark.parametrize("name", ["CONV-3", "CONV-4"])
+def test_each_tile_of_streamed_weights_is_prefetched_by_the_passes_over_the_one_before(name):
+    lowered, _ = _lowered(name)
+    (node, plan), = _plans(lowered, AVX2.l2)
+    assert lowered.buffer(plan.buffer).kind == "temp"           # the packed weights
+    path = _path(node, plan.passes[-1])
+    ranges = _ranges(lowered, path)
+    (advance,) = [lp for lp in path if lp.body[0].var == plan.passes[0]]
+    passes = [lp for lp in path if lp.var in plan.passes]
+    # the prefetch pointer moves on by one tile per iteration of the loop around the passes,
+    # as the operand's own pointer does
+    (read,) = [a for a in plan.stmt.reads() if a.buffer == plan.buffer]
+    distance = loop_delta(dict(byte_map(lowered, read).coeffs), advance)
+    assert dict(plan.coeffs)[f"@{advance.var}"] * advance.step == distance
+    assert plan.const == byte_map(lowered, read).const + distance
+    # every pass over a tile prefetches `lines` lines; together they cover the next tile once
+    covered, points = [], list(itertools.product(*(range(-(-ranges[lp.var] // lp.step)) for lp in passes)))
+    for index in points:
+        disp = plan.displacement({f"@{lp.var}": i * lp.step for lp, i in zip(passes, index)})
+        covered += [disp + LINE * j for j in range(plan.lines)]
+    assert len(covered) == len(set(covered))
+    tile = set(range(plan.const, plan.const + distance, LINE))
+    assert tile <= set(covered) and len(covered) < len(tile) + len(points)   # a line's rounding a pass
+
+
+def _path(node, var):
+    """The loops from `node` down to the loop `var`."""
+    if node.var == var:
+        return [node]
+    for child in node.body:
+        if isinstance(child, Loop):
+            found = _path(child, var)
+            if found:
+                return [node] + found
+    return []
+
+
+def _ranges(tree, path):
+    """Each loop's range: its dimension's size, or the step of the loop over it around it."""
+    sizes, out = dict(tree.dims), {}
+    for lp in path:
+        out[lp.var] = sizes[lp.dim]
+        sizes[lp.dim] = min(lp.step, sizes[lp.dim])
+    return out
+
+
+def test_the_emitted_block_starts_with_its_share_of_the_next_tile():
+    _, segments = _lowered("CONV-4")
+    listing = "\n".join(asm.listing() for asm, _ in segments)
+    prefetches = re.findall(r"prefetcht0 byte ptr \[(\w+) \+ 0x[0-9a-f]+\]", listing)
+    assert prefetches and len(set(prefetches)) == 1
+    # the prefetch pointer advances between passes
+    assert re.search(rf"add {prefetches[0]}, 0x", listing)
+
+
+def test_weights_that_stay_in_cache_are_not_prefetched():
+    lowered, _ = _lowered("CONV-4")
+    assert _plans(lowered, 64 << 20) == []                      # they would fit a 64 MiB cache
+    lowered, _ = _lowered("CONV-1")                              # 295 KB of weights: L2 holds them
+    assert _plans(lowered, AVX2.l2) == []
+
+
+def test_a_tile_that_is_not_contiguous_is_not_prefetched():
+    # B[k, n] read in 16-column panels of a 2048-wide matrix: a k step moves 8 KiB, but the
+    # panel is 64 bytes of each row, not a tile the next iteration's offset would find whole
+    tree = matmul_tree(64, 2048, 2048, (("n", 16), ("k", 256), ("m", 6), ("k", 1), ("m", 1), ("n", 1)))
+    lowered, _, _, _ = emit_x86(tree, AVX2)
+    assert _plans(lowered, AVX2.l2) == []
