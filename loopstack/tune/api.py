@@ -38,6 +38,8 @@ class TuneConfig:
                                       # the best so far are not timed further (0: time them all)
     finalists: int = 3                # the search's best few, re-measured against the start (and
     confirm_rounds: int = 3           # the database's best) in interleaved rounds (at least 1)
+    min_gain: float = 0.02            # ... and replace the start only when their median beats its
+                                      # by this share (less is within a shared machine's noise)
     seed: int = 0
 
     @staticmethod
@@ -221,7 +223,7 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
             finalists = s.leaders(config.finalists) + [start_tree] + ([stored] if stored is not None else [])
             medians, peaks = confirm(pool, finalists, config.confirm_rounds, probe=lambda: measure_peak(tgt))
             peak = statistics.median(peaks)     # the peak as it was beside the winner's measurements
-            best_tree = max(finalists, key=lambda t: medians[t.key()])
+            best_tree = keep_start_unless_faster(finalists, start_tree, medians, config.min_gain)
             best_g = medians[best_tree.key()]
             if best_g <= 0:                     # every finalist failed its re-measurement
                 best_g, best_tree = start_gflops, start_tree
@@ -243,6 +245,16 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
                       actions=actions_json(best_tree), tree=best_tree,
                       history=s.history, measured=len(s.history), failed=s.failed,
                       seconds=seconds, program=key, start=start, start_gflops=start_gflops)
+
+
+def keep_start_unless_faster(finalists, start_tree, medians: dict, min_gain: float):
+    """The finalist of the best median, unless it beats the start's by less than `min_gain`:
+    then the start (on a busy machine a winner a percent or two ahead in its confirmation can
+    read several percent behind the default in the next benchmark's rounds)."""
+    best = max(finalists, key=lambda t: medians[t.key()])
+    if medians[best.key()] < medians[start_tree.key()] * (1 + min_gain):
+        return start_tree
+    return best
 
 
 def confirm(pool, finalists, rounds: int, probe=None) -> tuple[dict, list]:
