@@ -43,7 +43,7 @@ FRAME = 128            # start/end, and counters that do not fit in registers
 UNROLL_REDUCTION = 2   # iterations per trip of a register block's innermost reduction loop
 START_SLOT, END_SLOT = 0, 8
 COUNTER_REGISTERS = 10  # registers left to loop counters before a prefetch pointer takes one
-PREFETCH = "prefetcht0" # into L1 (and L2): measured ahead of prefetchnta and prefetcht1 on Zen 3
+PREFETCH = "prefetcht0"  # into L1 (and L2): measured ahead of prefetchnta and prefetcht1 on Zen 3
 
 
 def max_accumulators(target, stmt: Compute) -> int:
