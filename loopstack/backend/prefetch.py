@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..looptree.ir import Compute, LoopTree, loop_var
+from ..looptree.stats import loop_ranges
 from .analysis import byte_map, loop_delta
 
 __all__ = ["PrefetchPlan", "prefetch_plans"]
@@ -66,45 +67,30 @@ def prefetch_plans(tree: LoopTree, node, cache_bytes: int) -> list[PrefetchPlan]
     reads, when some loop A moves the operand on by a contiguous tile of at least
     MIN_TILE_BYTES, the loops directly inside A leave it in place for two or more passes, and
     the tiles A and the loops around it sweep exceed `cache_bytes` (they come from memory)."""
+    nest = LoopTree(tree.buffers, tree.dims, (node,))
+    ranges = loop_ranges(nest)
     plans = []
-    for stmt, stack in _statements_with_loops(node, ()):
+    for stack, stmt in nest.computes():
         if stmt.reduce is None:
             continue
+        counts = [-(-ranges[lp.var][0] // lp.step) for lp in stack]
         seen = set()
         for acc in stmt.reads():
             bm = byte_map(tree, acc)
             if acc.buffer == stmt.out.buffer or bm.stream in seen:
                 continue
             seen.add(bm.stream)
-            plan = _plan(tree, stmt, stack, bm, cache_bytes)
+            plan = _plan(stmt, stack, counts, bm, cache_bytes)
             if plan is not None:
                 plans.append(plan)
     return plans
 
 
-def _statements_with_loops(node, stack):
-    if isinstance(node, Compute):
-        yield node, stack
-        return
-    for child in node.body:
-        yield from _statements_with_loops(child, stack + (node,))
-
-
-def _ranges(tree: LoopTree, stack) -> list[int]:
-    """The range each loop of `stack` runs over (its dimension's, or its enclosing loop's step)."""
-    ranges, out = {}, []
-    for lp in stack:
-        rng = ranges.get(lp.dim, tree.dim_size(lp.dim))
-        out.append(rng)
-        ranges[lp.dim] = min(lp.step, rng)
-    return out
-
-
-def _plan(tree: LoopTree, stmt: Compute, stack, bm, cache_bytes: int) -> PrefetchPlan | None:
-    """The plan for the innermost advance loop that qualifies (see prefetch_plans), or None."""
+def _plan(stmt: Compute, stack, counts, bm, cache_bytes: int) -> PrefetchPlan | None:
+    """The plan for the innermost advance loop that qualifies (see prefetch_plans), or None;
+    `counts`: the iterations of each loop of `stack`, a partial last one included."""
     coeffs = dict(bm.coeffs)
     deltas = [loop_delta(coeffs, lp) for lp in stack]
-    counts = [-(-rng // lp.step) for lp, rng in zip(stack, _ranges(tree, stack))]
     for a in range(len(stack) - 2, -1, -1):
         if deltas[a] < MIN_TILE_BYTES or deltas[a + 1] != 0:
             continue

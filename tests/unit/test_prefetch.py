@@ -14,6 +14,7 @@ from loopstack.backend.x86.compile import emit_x86
 from loopstack.isa.target import TARGETS
 from loopstack.looptree.builders import matmul_tree
 from loopstack.looptree.ir import Loop
+from loopstack.looptree.stats import loop_ranges
 from loopstack.tune.defaults import default_schedule
 from loopstack.workloads import get_workload
 
@@ -43,7 +44,7 @@ def test_each_tile_of_streamed_weights_is_prefetched_by_the_passes_over_the_one_
     (node, plan), = _plans(lowered, target.l2)
     assert lowered.buffer(plan.buffer).kind == "temp"           # the packed weights
     path = _path(node, plan.passes[-1])
-    ranges = _ranges(lowered, path)
+    ranges = loop_ranges(lowered)
     (advance,) = [lp for lp in path if lp.body[0].var == plan.passes[0]]
     passes = [lp for lp in path if lp.var in plan.passes]
     # the prefetch pointer moves on by one tile per iteration of the loop around the passes,
@@ -53,7 +54,7 @@ def test_each_tile_of_streamed_weights_is_prefetched_by_the_passes_over_the_one_
     assert dict(plan.coeffs)[f"@{advance.var}"] * advance.step == distance
     assert plan.const == byte_map(lowered, read).const + distance
     # every pass over a tile prefetches `lines` lines; together they cover the next tile once
-    covered, points = [], list(itertools.product(*(range(-(-ranges[lp.var] // lp.step)) for lp in passes)))
+    covered, points = [], list(itertools.product(*(range(-(-ranges[lp.var][0] // lp.step)) for lp in passes)))
     for index in points:
         disp = plan.displacement({f"@{lp.var}": i * lp.step for lp, i in zip(passes, index)})
         covered += [disp + LINE * j for j in range(plan.lines)]
@@ -73,15 +74,6 @@ def _path(node, var):
             if found:
                 return [node] + found
     return []
-
-
-def _ranges(tree, path):
-    """Each loop's range: its dimension's size, or the step of the loop over it around it."""
-    sizes, out = dict(tree.dims), {}
-    for lp in path:
-        out[lp.var] = sizes[lp.dim]
-        sizes[lp.dim] = min(lp.step, sizes[lp.dim])
-    return out
 
 
 def test_the_emitted_block_starts_with_its_share_of_the_next_tile():

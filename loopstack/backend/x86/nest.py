@@ -515,6 +515,8 @@ class SegmentCompiler:
     def _prefetch(self, root: Loop, stmt: Compute, ctx: Ctx) -> None:
         """This pass's share of the next tile of each operand a prefetch plan names (see
         backend.prefetch), when the block runs inside the plan's pass loops."""
+        if not self.prefetches:
+            return
         around = {lp.var for lp in self._stack_to(root)}
         for p in self.prefetches:
             if p.stmt is stmt and set(p.passes) <= around:
