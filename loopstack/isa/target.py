@@ -39,6 +39,10 @@ class Target:
     l2: int = 512 * 1024
     l3: int = 8 * 1024 * 1024
     unroll_limit: int = 256     # default cap on unrolled instructions in a loop-nest body
+    dtlb_entries: int = 64      # first-level data TLB: pages a loop nest may sweep without misses
+    dtlb_miss_cycles: int = 7   # a first-level miss served by the second-level TLB
+    stlb_entries: int = 2048    # second-level TLB
+    stlb_miss_cycles: int = 30  # a page walk (its page-table entries cached)
 
     def lanes(self, dtype="float32") -> int:
         """Elements of `dtype` in one vector register: 8 float32 in a ymm, 16 in a zmm."""

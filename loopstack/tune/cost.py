@@ -27,6 +27,7 @@ from ..looptree.ir import Loop
 from .boost import GradientBoostedTrees
 
 LINE = 64                 # bytes per cache line
+PAGE = 4096               # bytes per (small) page
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Machine:
     accumulators: int          # register-block limit
     caches: tuple[int, ...]    # l1d, l2, l3 bytes
     bandwidth: tuple[float, ...]   # GB/s out of l1, l2, l3, memory
+    tlbs: tuple[tuple[int, float], ...] = ()   # per TLB level: (pages it maps, seconds per miss)
 
     @staticmethod
     def of(target, peak: float) -> "Machine":
@@ -46,7 +48,9 @@ class Machine:
         # loads per cycle: 2 vectors from L1, one line every 2 cycles from L2, a quarter from L3
         bw = (2 * vec * ghz, LINE / 2 * ghz, LINE / 4 * ghz, 12.0)
         return Machine(peak, target.lanes(), target.fma_units * target.fma_latency,
-                       target.block_registers, (target.l1d, target.l2, target.l3), bw)
+                       target.block_registers, (target.l1d, target.l2, target.l3), bw,
+                       ((target.dtlb_entries, target.dtlb_miss_cycles / (ghz * 1e9)),
+                        (target.stlb_entries, target.stlb_miss_cycles / (ghz * 1e9))))
 
 
 def _statements(ir):
@@ -54,29 +58,60 @@ def _statements(ir):
     return [(s, c) for s, c in ir.computes()]
 
 
-def _dim_extent_inside(stack, ranges, d: int) -> dict[str, int]:
-    """Extent of each dimension covered by the loops stack[d:] (outer loops held fixed)."""
-    ext: dict[str, int] = {}
+def _dim_extent_inside(stack, ranges, d: int) -> dict:
+    """Extent of each dimension covered by the loops stack[d:] (outer loops held fixed), and
+    under "@" the set of those loops' variables."""
+    ext: dict = {"@": frozenset(lp.var for lp in stack[d:])}
     for lp in stack[d:]:
         if lp.dim not in ext:
             ext[lp.dim] = ranges[lp.var][0]
     return ext
 
 
-def _footprint(acc, stack, ext: dict[str, int], itemsize: int) -> int:
-    """Bytes of `acc`'s buffer touched while the dims in `ext` sweep their extents."""
+def _footprint(acc, stack, ext: dict[str, int], itemsize: int, strides: tuple[int, ...],
+               line: int = LINE) -> int:
+    """Bytes of cache lines (or pages: `line`) of `acc`'s buffer touched while the dims in `ext` sweep their
+    extents.  Inner dimensions swept whole join the contiguous run of the next one out (a
+    packed panel's rows are one run of lines, a strided panel's rows a run each)."""
     by_var = {lp.var: lp.dim for lp in stack}
     spans = []
     for a in acc.index:
         span = 1
         for name, c in a.terms:
-            dim = by_var.get(name[1:], name) if name.startswith("@") else name
+            if name.startswith("@"):       # a loop's own value: swept only by the loops in `ext`
+                if name[1:] not in ext.get("@", ()):
+                    continue
+                dim = by_var.get(name[1:], name)
+            else:
+                dim = name
             span += abs(c) * (ext.get(dim, 1) - 1)
         spans.append(span)
     if not spans:
-        return itemsize
-    last = math.ceil(spans[-1] * itemsize / LINE) * LINE
-    return int(np.prod(spans[:-1], dtype=np.float64) * last)
+        return line
+    dims = sorted(zip(strides or (1,) * len(spans), spans), reverse=True)   # outermost first
+    stride, span = dims[-1]
+    if stride * itemsize >= line:          # a line per element
+        return int(np.prod([n for _, n in dims], dtype=np.float64)) * line
+    run, k = (span - 1) * stride + 1, len(dims) - 1
+    while k > 0 and (run >= dims[k - 1][0] or dims[k - 1][0] * itemsize <= line):   # rows share lines
+        run += (dims[k - 1][1] - 1) * dims[k - 1][0]
+        k -= 1
+    outer = float(np.prod([n for _, n in dims[:k]], dtype=np.float64)) if k else 1.0
+    return int(outer * math.ceil(run * itemsize / line) * line)
+
+
+def _new_share(acc, strides, loop, itemsize: int, line: int = LINE) -> float:
+    """Share of an access's lines that one step of `loop` brings in: its byte step over a line
+    when that is less than a line and along the contiguous dimension, else all of them."""
+    if loop is None:
+        return 1.0
+    step = 0
+    for a, st in zip(acc.index, strides):
+        for name, c in a.terms:
+            if name == "@" + loop.var or name == loop.dim:
+                step += c * loop.step * st
+    step = abs(step) * itemsize
+    return step / line if 0 < step < line and min(strides, default=1) * itemsize < line else 1.0
 
 
 def _trips(stack, ranges, d: int) -> float:
@@ -92,60 +127,99 @@ def analyze(ir, machine: Machine) -> dict[str, float]:
     ranges = stats.loop_ranges(ir)
     buffers = {b.name: b for b in ir.buffers}
     total_flops = max(1, stats.flops(ir))
-    compute_s = 0.0
-    traffic = [0.0] * (len(machine.caches) + 1)
+    compute_s, seconds = 0.0, 0.0
+    traffic_s = [0.0] * len(machine.caches)    # time to fill L1, L2, L3 from the next level
+    tlb_s = 0.0
     feats = {"acc_vectors": 0.0, "vector_ok": 0.0, "inner_extent": 0.0, "depth": 0.0, "copies": 0.0}
     for stack, comp in _statements(ir):
         f = stats.statement_flops(ir, stack, comp)
-        accs = [comp.out] + list(comp.reads())
         isz = _dtype(buffers[comp.out.buffer].dtype).itemsize
         if comp.is_copy:
             feats["copies"] += 1
-        # traffic per level: the outermost depth whose working set fits the level (the working
-        # sets per depth shrink inwards and serve every level: computed once each)
-        ws = [sum(_footprint(a, stack, _dim_extent_inside(stack, ranges, d), isz) for a in accs)
-              for d in range(len(stack) + 1)]
+        in_registers = len(stack) + 1          # depth from which the output block stays in registers
+        stmt_compute = 0.0
+        if f and stack:
+            eff, vec_eff, acc_vecs, vec_ok, inner_ext, in_registers = _in_core(stack, comp, ranges, machine)
+            stmt_compute = f / (machine.peak_gflops * 1e9 * max(1e-3, eff * vec_eff))
+            feats["acc_vectors"] = max(feats["acc_vectors"], float(acc_vecs))
+            feats["vector_ok"] = max(feats["vector_ok"], float(vec_ok))
+            feats["inner_extent"] = max(feats["inner_extent"], float(inner_ext))
+            feats["depth"] = max(feats["depth"], float(len(stack)))
+        # fills per level: the working set of the outermost depth that fits the level, once
+        # per trip of the loops outside it (the working sets shrink inwards; computed once each)
+        accs = [(a, buffers[a.buffer].strides) for a in [comp.out] + list(comp.reads())]
+        fps = []                               # per depth: each access's footprint
+        for d in range(len(stack) + 1):
+            ext = _dim_extent_inside(stack, ranges, d)
+            fps.append([_footprint(a, stack, ext, isz, st) if i > 0 or d <= in_registers else 0
+                        for i, (a, st) in enumerate(accs)])
+        stmt_mem = []
         for lvl, size in enumerate(machine.caches):
-            d_fit = next((d for d, w in enumerate(ws) if w <= 0.5 * size), len(stack))
-            traffic[lvl + 1] += ws[d_fit] * _trips(stack, ranges, d_fit)
-        if f == 0 or not stack:
-            continue
-        # in-core efficiency: vectorised innermost loop and the register block of the output
-        inner = stack[-1]
-        out_dims = stats.output_dims(stack, comp)
-        last = comp.out.index[-1] if comp.out.index else None
-        vec_ok = last is not None and any(
-            (n == inner.dim or n == "@" + inner.var) and c == 1 for n, c in last.terms)
-        inner_ext = ranges[inner.var][0]
-        lanes = machine.lanes
-        vec_eff = min(1.0, inner_ext / (lanes * math.ceil(inner_ext / lanes))) if vec_ok else 1.0 / lanes
-        red = [i for i, lp in enumerate(stack) if lp.dim not in out_dims]
-        below = stack[red[-1] + 1:] if red else stack
-        ext = _dim_extent_inside(below, ranges, 0) if below else {}
-        block = 1
-        for dim, e in ext.items():
-            block *= e
-        acc_vecs = math.ceil(block / lanes) if vec_ok else block
-        if red and acc_vecs <= machine.accumulators:
-            rows = max(1, block // max(1, ext.get(inner.dim, 1)))
-            vecs = max(1, acc_vecs // rows)
-            loads = rows + vecs
-            eff = min(1.0, acc_vecs / machine.fma_chains) * min(1.0, 2 * acc_vecs / (acc_vecs + loads))
-        else:
-            eff = 0.3                     # the output accumulates in memory (load + store per FMA)
-        compute_s += f / (machine.peak_gflops * 1e9 * max(1e-3, eff * vec_eff))
-        feats["acc_vectors"] = max(feats["acc_vectors"], float(acc_vecs))
-        feats["vector_ok"] = max(feats["vector_ok"], float(vec_ok))
-        feats["inner_extent"] = max(feats["inner_extent"], float(inner_ext))
-        feats["depth"] = max(feats["depth"], float(len(stack)))
-    traffic[0] = 0.0
-    mem_s = [traffic[i + 1] / (machine.bandwidth[i] * 1e9) for i in range(len(machine.caches))]
-    seconds = max([compute_s] + mem_s)
+            d_fit = next((d for d, fp in enumerate(fps) if sum(fp) <= 0.5 * size), len(stack))
+            # the next trip of the loop outside shares the lines of an access it moves by less
+            # than a line (a matmul's A column moving along k): only the moved part is new
+            outer = stack[d_fit - 1] if d_fit else None
+            fill = _trips(stack, ranges, d_fit) * sum(
+                fp * _new_share(a, st, outer, isz) for fp, (a, st) in zip(fps[d_fit], accs))
+            # what fills a level comes out of the next one (L1's own load rate: _in_core)
+            stmt_mem.append(fill / (machine.bandwidth[lvl + 1] * 1e9))
+        # TLB misses, as the fills of a cache whose lines are pages (a weight panel read with a
+        # stride of a page or more per row misses on every row)
+        pages = [[_footprint(a, stack, _dim_extent_inside(stack, ranges, d), isz, st, PAGE) / PAGE
+                  for a, st in accs] for d in range(len(stack) + 1)]
+        stmt_tlb = 0.0
+        for entries, miss_s in machine.tlbs:
+            d = next((d for d, n in enumerate(pages) if sum(n) <= entries), len(stack))
+            if d:
+                new = sum(n * _new_share(a, st, stack[d - 1], isz, PAGE) for n, (a, st) in zip(pages[d], accs))
+                stmt_tlb += new * _trips(stack, ranges, d) * miss_s
+        # a statement's compute and its cache fills overlap (the fills are prefetched), its
+        # TLB misses stall the loads that miss; statements (a packing copy and the nest that
+        # reads the packed panel) run one after the other
+        seconds += max([stmt_compute] + stmt_mem) + stmt_tlb
+        compute_s += stmt_compute
+        tlb_s += stmt_tlb
+        traffic_s = [t + m for t, m in zip(traffic_s, stmt_mem)]
+    mem_s = traffic_s
+    feats["tlb_s"] = tlb_s
     feats.update({"flops": float(total_flops), "compute_s": compute_s, "seconds": seconds,
                   "gflops": total_flops / seconds / 1e9 if seconds > 0 else 0.0})
     for i, s in enumerate(mem_s):
         feats[f"mem{i}_s"] = s
     return feats
+
+
+def _in_core(stack, comp, ranges, machine: Machine):
+    """(FMA efficiency of the register block, vector efficiency, accumulator vectors, whether
+    the innermost loop vectorises, its extent, the depth from which the output block stays in
+    registers: inside the run of reduction loops right above the block, when it fits)."""
+    inner = stack[-1]
+    out_dims = stats.output_dims(stack, comp)
+    last = comp.out.index[-1] if comp.out.index else None
+    vec_ok = last is not None and any(
+        (n == inner.dim or n == "@" + inner.var) and c == 1 for n, c in last.terms)
+    inner_ext = ranges[inner.var][0]
+    lanes = machine.lanes
+    vec_eff = min(1.0, inner_ext / (lanes * math.ceil(inner_ext / lanes))) if vec_ok else 1.0 / lanes
+    red = [i for i, lp in enumerate(stack) if lp.dim not in out_dims]
+    below = stack[red[-1] + 1:] if red else stack
+    ext = _dim_extent_inside(below, ranges, 0) if below else {}
+    block = 1
+    for dim, e in ext.items():
+        block *= e if dim != "@" else 1
+    acc_vecs = math.ceil(block / lanes) if vec_ok else block
+    in_registers = len(stack) + 1
+    if red and acc_vecs <= machine.accumulators:
+        rows = max(1, block // max(1, ext.get(inner.dim, 1)))
+        vecs = max(1, acc_vecs // rows)
+        loads = rows + vecs
+        eff = min(1.0, acc_vecs / machine.fma_chains) * min(1.0, 2 * acc_vecs / (acc_vecs + loads))
+        in_registers = red[-1]
+        while in_registers > 0 and stack[in_registers - 1].dim not in out_dims:
+            in_registers -= 1
+    else:
+        eff = 0.3                     # the output accumulates in memory (load + store per FMA)
+    return eff, vec_eff, acc_vecs, vec_ok, inner_ext, in_registers
 
 
 class CostModel:

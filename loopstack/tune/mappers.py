@@ -127,12 +127,18 @@ def scripted(session):
     blocks = _blocks_biggest_first(session.target)
     kcs = _reduction_tiles(session)
     best = session.start_best
-    plans = [blocked_plan(session, r, v, kc) for kc in kcs[:1] for r, v in blocks]
+    # each block also with each input packed where it is reused: whether a block wins can
+    # depend on its operand being packed (a convolution's weights panel, read with a
+    # 1 KiB stride unpacked), so step 3 alone would judge the blocks on the wrong layout
+    packings = [()] + [((i, 0),) for i in range(session.n_stage_inputs)]
+    plans = [Plan(p.tiles, p.order, st) for r, v in blocks
+             for p in [blocked_plan(session, r, v, kcs[0])] for st in packings]
     best = _keep_best(session, plans, best)
-    # the cache tiles of the reduction for the biggest register blocks
+    # the cache tiles of the reduction for the biggest register blocks, packed as the best is
     plans = []
     for r, v in blocks[:6]:
-        plans += [blocked_plan(session, r, v, kc) for kc in kcs[1:]]
+        plans += [Plan(p.tiles, p.order, best[1].stage)
+                  for p in (blocked_plan(session, r, v, kc) for kc in kcs[1:])]
     best = _keep_best(session, plans, best)
     while best[0] > 0 and not session.exhausted():
         before = best[1]
@@ -146,17 +152,33 @@ def scripted(session):
 
 
 def _permute_windows(session, best):
-    """Step 2: permute windows of 5 loops, innermost first; the vectorised innermost loop stays."""
+    """Step 2: permute windows of 5 loops, innermost first, above the register block (the
+    innermost loops of the row and vector variables, chosen by step 1, stay innermost: moving
+    one outwards spills the block and such candidates, a tenth as fast, would spend most of
+    the step's budget on being measured)."""
     order = best[1].order
-    n = len(order) - 1
-    for start in range(max(0, n - 5), -1, -2):
+    n = len(order) - _block_depth(session, order)
+    starts = list(range(max(0, n - 5), -1, -2))
+    if starts and starts[-1] != 0:
+        starts.append(0)
+    for start in starts:
         if session.exhausted():
             break
-        cands = [Plan(best[1].tiles, tuple(o[:n]) + (order[-1],), best[1].stage)
+        cands = [Plan(best[1].tiles, tuple(o[:n]) + tuple(order[n:]), best[1].stage)
                  for o in window_permutations(order[:n], start, 5)]
         best = _keep_best(session, cands, best)
         order = best[1].order
     return best
+
+
+def _block_depth(session, order) -> int:
+    """How many innermost loops of `order` form the register block: the vector variable's
+    innermost loop and, when it is right above it, the row variable's innermost tile."""
+    vec, row, _, _ = _roles(session)
+    depth = 1
+    if len(order) > 1 and row is not None and order[-2].rstrip("'") == row and order[-2] != row:
+        depth = 2
+    return depth if len(order) > depth else len(order) - 1
 
 
 def exhaustive(session):

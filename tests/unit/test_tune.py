@@ -296,6 +296,38 @@ def test_analytical_model_prefers_a_register_block():
     assert p[1] > p[0]
 
 
+def test_analytical_model_counts_pages_lines_and_registers_as_the_hardware_sees_them():
+    """The terms a direct convolution's schedules turn on: its weights read in place (a row
+    of pages apart per tap) miss the TLB where a packed panel does not; a packed panel's
+    rows are one run of lines; the output block stays in registers under its reductions."""
+    from loopstack.isa.target import get_target
+    from loopstack.looptree import stats
+    from loopstack.tune import cost
+    from loopstack.workloads import get_workload
+
+    Y, _ = get_workload("CONV-4").build(0)
+    base = Y.loop_tree
+    nid = main_node(base)
+    tiles = (("oh", ()), ("ow", (2,)), ("k", (48,)), ("r", ()), ("s", ()), ("c", (16,)))
+    order = ("c", "k", "oh", "ow", "r", "s", "c'", "ow'", "k'")
+    packed = realize(base, Plan(tiles, order, ((1, 0),)), nid)
+    strided = realize(base, Plan(tiles, order), nid)
+    machine = Machine.of(get_target("avx2"), 100.0)
+    fp, fs = (cost.analyze(t.lower(), machine) for t in (packed, strided))
+    assert fs["tlb_s"] > 5 * fp["tlb_s"] and fp["gflops"] > 1.1 * fs["gflops"]
+
+    ir = packed.lower()
+    ranges = stats.loop_ranges(ir)
+    buffers = {b.name: b for b in ir.buffers}
+    stack, comp = max(ir.computes(), key=lambda sc: len(sc[0]))
+    panel = next(a for a in comp.reads() if buffers[a.buffer].shape == (3, 3, 16, 48))
+    d = [lp.var for lp in stack].index(next(lp.var for lp in stack if lp.dim == "r"))
+    ext = cost._dim_extent_inside(stack, ranges, d)
+    assert cost._footprint(panel, stack, ext, 4, buffers[panel.buffer].strides) == 3 * 3 * 16 * 48 * 4
+    *_, in_registers = cost._in_core(stack, comp, ranges, machine)
+    assert stack[in_registers].dim == "r"       # r s c' run above the 2 x 6-vector block
+
+
 def _mm_plans(base, count=48):
     from loopstack.tune.space import register_blocks
 
@@ -380,6 +412,33 @@ def test_the_scripted_tuner_refines_a_best_starting_schedule(tmp_path, monkeypat
     assert any(p.tiles != start.tiles and dict(p.tiles)["k"] == (16,) for p in plans)  # blocks swept
     staged = {exact_plan(base, t, nid).stage for t, p in zip(trees, plans) if p == Plan(start.tiles, start.order)}
     assert len(staged) >= 3 and start.stage in staged                                  # step 3
+
+
+def test_the_scripted_tuner_judges_blocks_packed_and_permutes_above_the_block(tmp_path, monkeypatch):
+    """From the unscheduled program, step 1 measures every register block with each input
+    packed as well as unpacked (here only a packed 4 x 2 block is fast, so it must be found
+    by step 1, not by staging a winner chosen unpacked), and step 2's permutations keep that
+    block's two loops innermost."""
+    from loopstack.tune.space import exact_plan
+
+    C, _ = mm(64)
+    base = C.loop_tree
+    nid = main_node(base)
+    fast = realize(base, Plan((("m", (4,)), ("k", ()), ("n", (16,))), ("n", "m", "k", "m'", "n'"), ((1, 0),)),
+                   nid).key()
+
+    def job(text, inputs, reference, runs, target, floor):
+        return Measurement(100.0 if lt.deserialize(text).key() == fast else 10.0, OK)
+
+    res = tune(C, budget_s=30.0, mapper="scripted", config=config(tmp_path), job=job, start="unscheduled")
+    assert res.tree.key() == fast and res.gflops == 100.0
+    plans = [exact_plan(base, replay(base, h["actions"]), nid) for h in res.history]
+    first_fast = next(i for i, h in enumerate(res.history) if h["gflops"] == 100.0)
+    unpacked_blocks = {p.tiles for p in plans[:first_fast] if p is not None and not p.stage}
+    assert first_fast < 3 * len(unpacked_blocks) + 3          # within step 1's sweep
+    same_block = [p for p in plans[first_fast + 1:] if p is not None and p.tiles == plans[first_fast].tiles]
+    assert any(p.order != plans[first_fast].order for p in same_block)                # step 2 ran
+    assert all(p.order[-2:] == ("m'", "n'") for p in same_block)
 
 
 def test_a_lucky_measurement_does_not_crown_a_slower_schedule(tmp_path, monkeypatch):
