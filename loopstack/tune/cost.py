@@ -58,34 +58,29 @@ def _statements(ir):
     return [(s, c) for s, c in ir.computes()]
 
 
-def _dim_extent_inside(stack, ranges, d: int) -> dict:
-    """Extent of each dimension covered by the loops stack[d:] (outer loops held fixed), and
-    under "@" the set of those loops' variables."""
-    ext: dict = {"@": frozenset(lp.var for lp in stack[d:])}
+def _dim_extent_inside(stack, ranges, d: int) -> dict[str, int]:
+    """Extent of each dimension covered by the loops stack[d:] (outer loops held fixed)."""
+    ext: dict[str, int] = {}
     for lp in stack[d:]:
         if lp.dim not in ext:
             ext[lp.dim] = ranges[lp.var][0]
     return ext
 
 
-def _footprint(acc, stack, ext: dict[str, int], itemsize: int, strides: tuple[int, ...],
+def _swept(stack, ranges, d: int) -> dict[str, int]:
+    """What the loops stack[d:] sweep, by index term: each dimension's extent, and under
+    "@var" a loop's own value, which sweeps its dimension's extent when the loop is inside
+    (the loops outside hold theirs fixed: a packed panel's `c - @L0` spans one tile)."""
+    ext = _dim_extent_inside(stack, ranges, d)
+    return {**ext, **{"@" + lp.var: ext[lp.dim] for lp in stack[d:]}}
+
+
+def _footprint(acc, swept: dict[str, int], itemsize: int, strides: tuple[int, ...],
                line: int = LINE) -> int:
-    """Bytes of cache lines (or pages: `line`) of `acc`'s buffer touched while the dims in `ext` sweep their
-    extents.  Inner dimensions swept whole join the contiguous run of the next one out (a
-    packed panel's rows are one run of lines, a strided panel's rows a run each)."""
-    by_var = {lp.var: lp.dim for lp in stack}
-    spans = []
-    for a in acc.index:
-        span = 1
-        for name, c in a.terms:
-            if name.startswith("@"):       # a loop's own value: swept only by the loops in `ext`
-                if name[1:] not in ext.get("@", ()):
-                    continue
-                dim = by_var.get(name[1:], name)
-            else:
-                dim = name
-            span += abs(c) * (ext.get(dim, 1) - 1)
-        spans.append(span)
+    """Bytes of the cache lines (or pages: `line`) of `acc`'s buffer touched while the loops
+    of `swept` run.  Inner dimensions swept whole join the contiguous run of the next one out
+    (a packed panel's rows are one run of lines, a strided panel's rows a run each)."""
+    spans = [1 + sum(abs(c) * (swept.get(name, 1) - 1) for name, c in a.terms) for a in acc.index]
     if not spans:
         return line
     dims = sorted(zip(strides or (1,) * len(spans), spans), reverse=True)   # outermost first
@@ -128,7 +123,7 @@ def analyze(ir, machine: Machine) -> dict[str, float]:
     buffers = {b.name: b for b in ir.buffers}
     total_flops = max(1, stats.flops(ir))
     compute_s, seconds = 0.0, 0.0
-    traffic_s = [0.0] * len(machine.caches)    # time to fill L1, L2, L3 from the next level
+    mem_s = [0.0] * len(machine.caches)        # time to fill L1, L2, L3 from the next level
     tlb_s = 0.0
     feats = {"acc_vectors": 0.0, "vector_ok": 0.0, "inner_extent": 0.0, "depth": 0.0, "copies": 0.0}
     for stack, comp in _statements(ir):
@@ -148,11 +143,9 @@ def analyze(ir, machine: Machine) -> dict[str, float]:
         # fills per level: the working set of the outermost depth that fits the level, once
         # per trip of the loops outside it (the working sets shrink inwards; computed once each)
         accs = [(a, buffers[a.buffer].strides) for a in [comp.out] + list(comp.reads())]
-        fps = []                               # per depth: each access's footprint
-        for d in range(len(stack) + 1):
-            ext = _dim_extent_inside(stack, ranges, d)
-            fps.append([_footprint(a, stack, ext, isz, st) if i > 0 or d <= in_registers else 0
-                        for i, (a, st) in enumerate(accs)])
+        swept = [_swept(stack, ranges, d) for d in range(len(stack) + 1)]
+        fps = [[_footprint(a, sw, isz, st) if i > 0 or d <= in_registers else 0   # per depth, access
+                for i, (a, st) in enumerate(accs)] for d, sw in enumerate(swept)]
         stmt_mem = []
         for lvl, size in enumerate(machine.caches):
             d_fit = next((d for d, fp in enumerate(fps) if sum(fp) <= 0.5 * size), len(stack))
@@ -165,8 +158,7 @@ def analyze(ir, machine: Machine) -> dict[str, float]:
             stmt_mem.append(fill / (machine.bandwidth[lvl + 1] * 1e9))
         # TLB misses, as the fills of a cache whose lines are pages (a weight panel read with a
         # stride of a page or more per row misses on every row)
-        pages = [[_footprint(a, stack, _dim_extent_inside(stack, ranges, d), isz, st, PAGE) / PAGE
-                  for a, st in accs] for d in range(len(stack) + 1)]
+        pages = [[_footprint(a, sw, isz, st, PAGE) / PAGE for a, st in accs] for sw in swept]
         stmt_tlb = 0.0
         for entries, miss_s in machine.tlbs:
             d = next((d for d, n in enumerate(pages) if sum(n) <= entries), len(stack))
@@ -179,8 +171,7 @@ def analyze(ir, machine: Machine) -> dict[str, float]:
         seconds += max([stmt_compute] + stmt_mem) + stmt_tlb
         compute_s += stmt_compute
         tlb_s += stmt_tlb
-        traffic_s = [t + m for t, m in zip(traffic_s, stmt_mem)]
-    mem_s = traffic_s
+        mem_s = [t + m for t, m in zip(mem_s, stmt_mem)]
     feats["tlb_s"] = tlb_s
     feats.update({"flops": float(total_flops), "compute_s": compute_s, "seconds": seconds,
                   "gflops": total_flops / seconds / 1e9 if seconds > 0 else 0.0})
@@ -205,8 +196,8 @@ def _in_core(stack, comp, ranges, machine: Machine):
     below = stack[red[-1] + 1:] if red else stack
     ext = _dim_extent_inside(below, ranges, 0) if below else {}
     block = 1
-    for dim, e in ext.items():
-        block *= e if dim != "@" else 1
+    for e in ext.values():
+        block *= e
     acc_vecs = math.ceil(block / lanes) if vec_ok else block
     in_registers = len(stack) + 1
     if red and acc_vecs <= machine.accumulators:

@@ -130,9 +130,7 @@ def scripted(session):
     # each block also with each input packed where it is reused: whether a block wins can
     # depend on its operand being packed (a convolution's weights panel, read with a
     # 1 KiB stride unpacked), so step 3 alone would judge the blocks on the wrong layout
-    packings = [()] + [((i, 0),) for i in range(session.n_stage_inputs)]
-    plans = [Plan(p.tiles, p.order, st) for r, v in blocks
-             for p in [blocked_plan(session, r, v, kcs[0])] for st in packings]
+    plans = [q for r, v in blocks for q in _packed_too(session, [blocked_plan(session, r, v, kcs[0])])]
     best = _keep_best(session, plans, best)
     # the cache tiles of the reduction for the biggest register blocks, packed as the best is
     plans = []
@@ -149,6 +147,13 @@ def scripted(session):
         if best[1] == before:
             break
     return best
+
+
+def _packed_too(session, plans) -> list:
+    """Each plan as it is, then with each input of the main node packed (staged where
+    copy_input places it: outside the loops that do not index it)."""
+    return [Plan(p.tiles, p.order, st) for p in plans
+            for st in [p.stage] + [((i, 0),) for i in range(session.n_stage_inputs)]]
 
 
 def _permute_windows(session, best):
@@ -292,8 +297,7 @@ def evolutionary(session, population: int = 12, batch: int = 4, rounds: int | No
         # ties (a roofline saturates at peak) fall to the bigger, untiled blocks first.
         blocks = _blocks_biggest_first(session.target)
         seeds = [blocked_plan(session, r, v, kc) for kc in _reduction_tiles(session) for r, v in blocks]
-        seeds = built([session.start_plan] + seeds + [Plan(p.tiles, p.order, ((i, 0),))
-                                                      for p in seeds for i in range(session.n_stage_inputs)])
+        seeds = built([session.start_plan] + seeds + [q for q in _packed_too(session, seeds) if q.stage])
         predict(seeds)
         first = sorted(seeds, key=lambda p: -score[p])[:batch]
         others = built(random_plan(rng, session.sizes, session.lanes) for _ in range(population))

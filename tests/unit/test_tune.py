@@ -322,8 +322,8 @@ def test_analytical_model_counts_pages_lines_and_registers_as_the_hardware_sees_
     stack, comp = max(ir.computes(), key=lambda sc: len(sc[0]))
     panel = next(a for a in comp.reads() if buffers[a.buffer].shape == (3, 3, 16, 48))
     d = [lp.var for lp in stack].index(next(lp.var for lp in stack if lp.dim == "r"))
-    ext = cost._dim_extent_inside(stack, ranges, d)
-    assert cost._footprint(panel, stack, ext, 4, buffers[panel.buffer].strides) == 3 * 3 * 16 * 48 * 4
+    swept = cost._swept(stack, ranges, d)
+    assert cost._footprint(panel, swept, 4, buffers[panel.buffer].strides) == 3 * 3 * 16 * 48 * 4
     *_, in_registers = cost._in_core(stack, comp, ranges, machine)
     assert stack[in_registers].dim == "r"       # r s c' run above the 2 x 6-vector block
 
