@@ -69,11 +69,12 @@ def improvements(history, winner=None) -> list[int]:
 
 def reached_verified(points: list[int], checked: dict, spec: str, target: float):
     """Candidates a search measured before one of its `points` (history indices) that, re-measured
-    beside the scripted winner in the verification rounds, runs within 1 % of it (None: none did).
+    beside the scripted winner in the verification rounds, runs within 1 % of it (None: none did),
+    by their shares of the peak probed beside each (`target`: the scripted winner's share).
     A search's own figures come from different phases of a shared machine, so comparing one
     search's history with another's best can credit or miss a schedule by the host's swings alone."""
     for i in points:
-        if checked[(spec, i)][0] >= 0.99 * target:
+        if checked[(spec, i)][1] >= 0.99 * target:
             return i + 1
     return None
 
@@ -83,11 +84,12 @@ CURVE_POINTS = (5, 10, 20, 40, 80, 160)
 
 def verify(trees: dict, rounds: int) -> dict:
     """Each schedule in `trees` (label -> LoopTree) re-measured in `rounds` interleaved rounds,
-    each round beside a fresh FMA peak probe: per label the median GFLOPS and the median of
-    its per-round share of that round's peak.  On a shared host a slow phase then slows both
-    sides of the ratio, where one peak measured at the start would rate every later kernel
-    against the machine as it was then (the searches' own figures vary by 20-30 % over an hour
-    here; these by a few %)."""
+    each measurement right after an FMA peak probe of its own: per label the median GFLOPS and
+    the median of its share of the peak probed beside it.  On a shared host a slow phase then
+    slows both sides of the ratio, where one peak measured at the start would rate every later
+    kernel against the machine as it was then (the searches' own figures vary by 20-30 % over
+    an hour here; these by a few %), and one probe per round would rate the round's last
+    kernels, seconds later, against another phase."""
     import statistics
 
     tgt = host_target()
@@ -99,8 +101,8 @@ def verify(trees: dict, rounds: int) -> dict:
     gflops = {key: [] for key in kernels}
     share = {key: [] for key in kernels}
     for _ in range(rounds):
-        peak = measure_peak(tgt, seconds=0.05)
         for key, (k, args) in kernels.items():
+            peak = measure_peak(tgt, seconds=0.05)
             g = k.benchmark(*args, runs=5, warmup=1, min_seconds=0.05)
             gflops[key].append(g)
             share[key].append(100 * g / peak)
@@ -220,7 +222,7 @@ def main() -> int:
             spec = rec["name"].split("/", 1)[1]
             n = reached(curves[spec], script_best) if script_best else None
             rec["measured_to_scripted_best"] = n
-            nv = (reached_verified(points[spec], checked, spec, checked[scripted_spec][0])
+            nv = (reached_verified(points[spec], checked, spec, checked[scripted_spec][1])
                   if scripted_spec else None)
             rec["verified_measured_to_scripted_best"] = nv
             rec["verified_gflops"], rec["percent_of_peak"] = checked[spec]

@@ -37,7 +37,7 @@ class TuneConfig:
     cutoff: float = 1 / 3             # candidates whose first timed calls are below this share of
                                       # the best so far are not timed further (0: time them all)
     finalists: int = 3                # the search's best few, re-measured against the start (and
-    confirm_rounds: int = 3           # the database's best) in interleaved rounds (at least 1)
+    confirm_rounds: int = 5           # the database's best) in interleaved rounds (at least 1)
     min_gain: float = 0.02            # ... and replace the start only when their median beats its
                                       # by this share (less is within a shared machine's noise)
     seed: int = 0

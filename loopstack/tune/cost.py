@@ -16,6 +16,7 @@ tuner measures the candidates the others rank highest (api.py).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -35,7 +36,9 @@ class Machine:
     """What the analytical model reads from a Target (one source of truth: isa/target.py)."""
     peak_gflops: float
     lanes: int
-    fma_chains: int            # FMA latency x pipes: accumulators that hide the latency
+    fma_chains: float          # accumulators that hide the FMA latency: pipes x (latency plus
+                               # half a cycle: a block of exactly latency x pipes waits on any
+                               # late load, and measures 5-10 % below one with a few more)
     accumulators: int          # register-block limit
     caches: tuple[int, ...]    # l1d, l2, l3 bytes
     bandwidth: tuple[float, ...]   # GB/s out of l1, l2, l3, memory
@@ -47,7 +50,7 @@ class Machine:
         vec = target.vector_bits // 8
         # loads per cycle: 2 vectors from L1, one line every 2 cycles from L2, a quarter from L3
         bw = (2 * vec * ghz, LINE / 2 * ghz, LINE / 4 * ghz, 12.0)
-        return Machine(peak, target.lanes(), target.fma_units * target.fma_latency,
+        return Machine(peak, target.lanes(), target.fma_units * (target.fma_latency + 0.5),
                        target.block_registers, (target.l1d, target.l2, target.l3), bw,
                        ((target.dtlb_entries, target.dtlb_miss_cycles / (ghz * 1e9)),
                         (target.stlb_entries, target.stlb_miss_cycles / (ghz * 1e9))))
@@ -201,16 +204,48 @@ def _in_core(stack, comp, ranges, machine: Machine):
     acc_vecs = math.ceil(block / lanes) if vec_ok else block
     in_registers = len(stack) + 1
     if red and acc_vecs <= machine.accumulators:
-        rows = max(1, block // max(1, ext.get(inner.dim, 1)))
-        vecs = max(1, acc_vecs // rows)
-        loads = rows + vecs
-        eff = min(1.0, acc_vecs / machine.fma_chains) * min(1.0, 2 * acc_vecs / (acc_vecs + loads))
+        eff = _edge_efficiency(stack[:red[-1] + 1], ext, inner.dim, vec_ok, ranges, machine)
         in_registers = red[-1]
         while in_registers > 0 and stack[in_registers - 1].dim not in out_dims:
             in_registers -= 1
     else:
         eff = 0.3                     # the output accumulates in memory (load + store per FMA)
     return eff, vec_eff, acc_vecs, vec_ok, inner_ext, in_registers
+
+
+def _block_efficiency(rows: int, vecs: int, machine: Machine) -> float:
+    """Share of the FMA peak a rows x vecs register block sustains: enough independent
+    accumulators to hide the FMA latency, and few enough loads (a broadcast per row, a
+    vector per column) per FMA."""
+    acc = rows * vecs
+    return min(1.0, acc / machine.fma_chains) * min(1.0, 2 * acc / (acc + rows + vecs))
+
+
+def _edge_efficiency(outer, ext: dict[str, int], vec_dim: str, vec_ok: bool, ranges,
+                     machine: Machine) -> float:
+    """The register block's efficiency over the whole nest, its edges included: where the
+    loop stepping a block dimension leaves a remainder (a 128-wide matmul in panels of 24
+    columns ends in a panel of 8), that share of the work runs the smaller block of the
+    remainder, and the times of the full and the edge blocks add."""
+    lanes = machine.lanes
+    parts = {}                  # dim -> [(share of the work, extent of the block there)]
+    for dim, e in ext.items():
+        parts[dim] = [(1.0, e)]
+        lp = next((lp for lp in reversed(outer) if lp.dim == dim), None)
+        if lp is None or lp.step != e:
+            continue
+        r, full, tail = ranges[lp.var]
+        if tail and r:
+            parts[dim] = [(full * e / r, e), (tail / r, tail)]
+    seconds = 0.0
+    for combo in itertools.product(*parts.values()):
+        share = math.prod(s for s, _ in combo)
+        sizes = dict(zip(parts, (x for _, x in combo)))
+        cols = sizes.get(vec_dim, 1)
+        vecs = math.ceil(cols / lanes) if vec_ok else cols
+        rows = max(1, math.prod(x for d, x in sizes.items() if d != vec_dim))
+        seconds += share / max(1e-3, _block_efficiency(rows, vecs, machine))
+    return 1.0 / seconds if seconds > 0 else 1.0
 
 
 class CostModel:
