@@ -328,6 +328,27 @@ def test_analytical_model_counts_pages_lines_and_registers_as_the_hardware_sees_
     assert stack[in_registers].dim == "r"       # r s c' run above the 2 x 6-vector block
 
 
+def test_analytical_model_charges_a_register_block_its_ragged_edges_and_thin_chains():
+    """Blocks of equal accumulators differ by their edges: 128 columns in panels of 24 end in
+    a panel of 8, run by a 4 x 1 block 40 % as efficient, where panels of 32 fit exactly.
+    A block of exactly latency x pipes accumulators ranks below one with a few more."""
+    from loopstack.isa.target import get_target
+
+    C, _ = mm(128)
+    base = C.loop_tree
+    machine = Machine.of(get_target("avx2"), 100.0)
+
+    def predicted(rows, cols):
+        return AnalyticalCost(machine).predict(
+            [realize(base, Plan((("m", (rows,)), ("k", ()), ("n", (cols,))), ("n", "m", "k", "m'", "n'")))])[0]
+
+    exact, ragged, thin = predicted(3, 32), predicted(4, 24), predicted(4, 16)   # 12, 12, 8 accumulators
+    # the 8-column panel: 6 % of the work at the 4 x 1 block's rate, 4 of the 9 accumulators
+    # that hide the latency, 4 FMAs to 5 loads: (4 / 9) x (2 x 4 / (4 + 5))
+    assert ragged / exact == pytest.approx(1 / (120 / 128 + 8 / 128 / (4 / 9 * 8 / 9)), rel=0.02)
+    assert thin < 0.95 * exact
+
+
 def _mm_plans(base, count=48):
     from loopstack.tune.space import register_blocks
 
@@ -561,6 +582,37 @@ def test_evolutionary_search_explores_on_predictions_and_measures_a_few(monkeypa
     # (one generation per measured batch would give under 5 predictions per measurement)
     assert made[0].predicted >= 10 * res.measured > 0
     assert [h["best"] for h in res.history] == sorted(h["best"] for h in res.history)
+
+
+def test_the_evolutionary_search_measures_the_models_best_of_each_register_block_first(monkeypatch, tmp_path):
+    """A model that ranks every tiling and packing of one block above all other blocks (as a
+    roofline's ties and near-ties do) must not fill the first measured batch with that block:
+    the batch is the model's best plan of each of the best blocks."""
+    from loopstack.tune import api
+    from loopstack.tune.space import exact_plan
+
+    def block(tree):
+        p = exact_plan(base, tree, nid)
+        tiles = dict(p.tiles) if p is not None else {}
+        return tiles.get("m", ())[-1:], tiles.get("n", ())[-1:]
+
+    class FavouringOneBlock(AnalyticalCost):
+        def predict(self, trees):
+            return [(100.0 if block(t) == ((4,), (16,)) else 50.0) + 0.01 * g
+                    for t, g in zip(trees, super().predict(trees))]
+
+    monkeypatch.setattr(api, "make_cost_model", lambda name, machine: FavouringOneBlock(machine))
+    C, _ = mm(64)
+    base = C.loop_tree
+    nid = main_node(base)
+
+    def job(text, inputs, reference, runs, target, floor):
+        return Measurement(50.0, OK)
+
+    res = tune(C, budget_s=1.0, mapper="evolutionary", cost_model="analytical", config=config(tmp_path),
+               start="unscheduled", job=job)
+    first = [block(replay(base, h["actions"])) for h in res.history[1:5]]     # after the start
+    assert first[0] == ((4,), (16,)) and len(set(first)) == 4
 
 
 def test_the_reported_peak_is_probed_beside_the_final_measurements(tmp_path, monkeypatch):
