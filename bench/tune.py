@@ -7,8 +7,8 @@
 
 For each workload and each mapper/cost-model pair: the search's best GFLOPS (the tuner's
 winner re-measured beside the start, see `tune.api.confirm`); that schedule
-and the default re-measured in interleaved rounds beside a fresh peak probe each round
-("verif.", and their % of peak: the medians over the rounds, see `verify`); the starting
+and the default re-measured in interleaved rounds, each measurement beside a peak probe of
+its own ("verif.", and their % of peak: the medians over the rounds, see `verify`); the starting
 schedule's GFLOPS, candidates measured, and the number of measured candidates each search
 needed to reach the scripted tuner's best (within 1%): "to scripted" by the searches' own
 measurements, "verified" by re-measuring every candidate that raised a search's best-so-far

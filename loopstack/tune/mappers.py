@@ -262,7 +262,8 @@ def evolutionary(session, population: int = 12, batch: int = 4, rounds: int | No
     `batch` best unmeasured candidates explored and one random one are then measured, and
     the model learns from them.  The initial population is the model's best `batch` of the
     scripted tuner's first space (every register block x reduction tile, with or without
-    staging an input), one per register block, measured first, and a diverse rest of that space and random plans.
+    staging an input), one per register block, measured first, and a diverse rest of that
+    space and random plans.
     With measurement as the cost model there is nothing to explore on, so each generation
     is measured."""
     rng = random.Random(session.seed)
@@ -309,11 +310,10 @@ def evolutionary(session, population: int = 12, batch: int = 4, rounds: int | No
         # the first batch spans register blocks (the model's best tiling and packing of each):
         # the block decides most of a kernel's speed, and the model's ties and near-ties
         # between tilings of one block would otherwise fill the batch with a single block
-        first, seen = [], set()
+        best_of_block = {}
         for p in sorted(seeds, key=lambda p: -score[p]):
-            if block_of.get(p, p) not in seen and len(first) < batch:
-                seen.add(block_of.get(p, p))
-                first.append(p)
+            best_of_block.setdefault(block_of.get(p, p), p)     # the start plan: a block of its own
+        first = list(best_of_block.values())[:batch]
         others = built(random_plan(rng, session.sizes, session.lanes) for _ in range(population))
         predict(others)
         pop = first + _diverse([p for p in seeds + others if p not in first], score, population - len(first))
