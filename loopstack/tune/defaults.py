@@ -268,6 +268,14 @@ def plan(graph, node, tgt) -> Plan:
             reduce_tile = None
             if red_elems * vb * _BYTES > _PACK_PANEL:
                 reduce_tile = (red[0], _divisor_at_most(red_elems, _PACK_PANEL // (vb * _BYTES), 8))
+            elif size(row) * red_elems * _BYTES > tgt.l2 and size(vec) % vb == 0:
+                # A's rows do not stay in L2 between panels, so each panel would stream all of A
+                # from L3 again: a vector tile of panels packed together in an L2 share lets
+                # each row block, once in L1, serve every panel of the tile
+                fit = (int(tgt.l2 * _L2_SHARE) // (red_elems * _BYTES)) // vb * vb
+                vt = _divisor_at_most(size(vec), fit, vb) if fit >= vb else vb
+                if vb < vt < size(vec):
+                    vec_tile = vt
 
     # a depthwise block sweeps the image once per channel tile; when the input does not fit in
     # L2 each sweep streams it from memory again (and uses only part of every cache line), so

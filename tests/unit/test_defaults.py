@@ -138,3 +138,32 @@ def _block(tree, tgt):
     (order,) = [ns.order for i, ns in tree.schedule if tree.graph.reduced(tree.graph.node(i))]
     (_, rows, _), (_, width, _) = order[-2:]
     return rows, -(-width // tgt.lanes())
+
+
+def _matmul(m, k, n, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    s = lt.SymbolGenerator()
+    return (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k), a @ b
+
+
+@pytest.mark.parametrize("m, k, n, tiled", [(512, 512, 512, True), (256, 256, 256, False), (64, 512, 512, False)])
+def test_matmuls_whose_rows_leave_l2_pack_b_for_a_tile_of_panels(m, k, n, tiled):
+    """A[m, k] larger than L2 would stream from L3 once per 16-column panel of B: the default
+    then packs B for a vector tile of panels (its packed tile in a quarter of L2), and each row
+    block, once in L1, serves every panel of the tile.  A smaller A keeps one panel per pass."""
+    C, want = _matmul(m, k, n)
+    tree = default_schedule(C, AVX2)
+    (order,) = [ns.order for i, ns in tree.schedule if tree.graph.reduced(tree.graph.node(i))]
+    steps = [s for v, s, _ in order if v == "n"]
+    panel = [b for b in tree.lower().temps if len(b.shape) == 2]
+    if tiled:
+        assert len(steps) == 3 and steps[0] * steps[1] * steps[2] == n
+        width = steps[1] * steps[2]
+        assert 16 < width < n and k * width * 4 <= AVX2.l2 // 4
+        assert [tuple(b.shape) for b in panel] == [(k, width)]      # B packed per tile, not per panel
+    else:
+        assert len(steps) == 2
+    C.set(tree)
+    np.testing.assert_allclose(C.numpy(), want, rtol=1e-3, atol=1e-3)
