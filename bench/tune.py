@@ -3,7 +3,7 @@
     python bench/tune.py [--workloads MM-128,MM-256,...] [--budget 60] [--workers 1]
                          [--mappers scripted/measure,evolutionary/learned] [--db DIR]
                          [--plot DIR] [--json FILE] [--from default|unscheduled]
-                         [--verify-rounds 7]
+                         [--verify-rounds 7] [--verify-seconds 30]
 
 For each workload and each mapper/cost-model pair: the search's best GFLOPS (the tuner's
 winner re-measured beside the start, see `tune.api.confirm`); that schedule
@@ -33,6 +33,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 from typing import NamedTuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -91,8 +92,10 @@ class Verified(NamedTuple):
     best_share: float       # its best GFLOPS as a % of the best peak probe of the verification
 
 
-def verify(trees: dict, rounds: int) -> dict:
-    """Each schedule in `trees` (label -> LoopTree) re-measured in `rounds` interleaved rounds,
+def verify(trees: dict, rounds: int, min_seconds: float = 0.0) -> dict:
+    """Each schedule in `trees` (label -> LoopTree) re-measured in interleaved rounds (at least
+    `rounds`, and more until they span `min_seconds`: a workload whose searches all kept one
+    schedule would otherwise be rated within a few seconds, in a single phase of the machine),
     each measurement right after an FMA peak probe of its own: per label the median GFLOPS, the
     median of its share of the peak probed beside it, and its best GFLOPS over the rounds as a
     share of the best probe of the whole verification.  On a shared host a slow phase then
@@ -114,7 +117,10 @@ def verify(trees: dict, rounds: int) -> dict:
     gflops = {key: [] for key in kernels}
     share = {key: [] for key in kernels}
     peaks = []
-    for _ in range(rounds):
+    start = time.monotonic()
+    done = 0
+    while done < rounds or time.monotonic() - start < min_seconds:
+        done += 1
         for key, (k, args) in kernels.items():
             peak = measure_peak(tgt, seconds=0.05)
             g = k.benchmark(*args, runs=5, warmup=1, min_seconds=0.05)
@@ -200,6 +206,8 @@ def main() -> int:
     ap.add_argument("--from", dest="start", default="default", choices=STARTS)
     ap.add_argument("--verify-rounds", type=int, default=7,
                     help="interleaved rounds re-measuring the best schedules, the default and the peak")
+    ap.add_argument("--verify-seconds", type=float, default=30.0,
+                    help="the least time those rounds span (more rounds while they take less)")
     args = ap.parse_args()
     # one database per search: a search re-measures the database's best among its finalists, so a
     # shared one would hand the scripted tuner's winner to the search compared with it
@@ -233,7 +241,8 @@ def main() -> int:
         base = t.loop_tree
         points = {spec: improvements(curves[spec], actions_json(best_trees[spec])) for spec in curves}
         steps = {(spec, i): replay(base, curves[spec][i]["actions"]) for spec in curves for i in points[spec]}
-        checked = verify({"default": default_schedule(t, host_target()), **best_trees, **steps}, args.verify_rounds)
+        checked = verify({"default": default_schedule(t, host_target()), **best_trees, **steps},
+                         args.verify_rounds, args.verify_seconds)
         scripted_spec = next((spec for spec in curves if spec.startswith("scripted/")), None)
         for rec in records[-len(curves):]:
             spec = rec["name"].split("/", 1)[1]
