@@ -18,7 +18,8 @@ convolution, linear layers), the generator picks
   loads the FMAs hide.)
 * **cache tiles**: the slice of the reduced operand that one output block walks must stay close
   while the rows stream. Matmul: the `kc x nv*lanes` panel of B in half of L1, else k is tiled;
-  B is packed per panel when it does not sit in L1. Direct convolution (the slicing analysis of
+  B is packed per panel when it does not sit in L1, and for a tile of panels (in a quarter of
+  L2) when A does not stay in L2, so that each row block serves the tile's panels from L1. Direct convolution (the slicing analysis of
   paper 004 §4.1): the weights are packed per vector panel, and the input channels are tiled
   only when the packed panel `R*S*C x nv*lanes` can neither stream from L2 (it fits the L2 share
   and the block reads it no faster than L2 delivers) nor stay in L1; then the channel tile is
@@ -27,6 +28,7 @@ convolution, linear layers), the generator picks
 Loop order (outer to inner):
 
     matmul  n(nb) [k(kc)] m(mr) k m(1) n(1)                 6 x 16 block on AVX2
+            n(nt) m(mr) n(nb) k m(1) n(1)                   A larger than L2 (MM-512: nt = 64)
     conv    [c(ct)] k(kb) oh ow(owb) r s c ow(1) k(1)       NHWC, W packed per (c, k) tile
     dwconv  c(cb) oh ow(owb) r s ow(1) c(1)                 input in L2
             oh c(cb) ow(owb) r s ow(1) c(1)                 larger input: each band of input
