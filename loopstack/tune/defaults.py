@@ -19,8 +19,8 @@ convolution, linear layers), the generator picks
 * **cache tiles**: the slice of the reduced operand that one output block walks must stay close
   while the rows stream. Matmul: the `kc x nv*lanes` panel of B in half of L1, else k is tiled;
   B is packed per panel when it does not sit in L1, and for a tile of panels (in a quarter of
-  L2) when A does not stay in L2, so that each row block serves the tile's panels from L1. Direct convolution (the slicing analysis of
-  paper 004 §4.1): the weights are packed per vector panel, and the input channels are tiled
+  L2) when A does not stay in L2, so that each row block serves the tile's panels from L1.
+  Direct convolution (the slicing analysis of paper 004 §4.1): the weights are packed per vector panel, and the input channels are tiled
   only when the packed panel `R*S*C x nv*lanes` can neither stream from L2 (it fits the L2 share
   and the block reads it no faster than L2 delivers) nor stay in L1; then the channel tile is
   the largest whose weight tile stays in L1, and the block and the tile are chosen together.
