@@ -20,10 +20,11 @@ convolution, linear layers), the generator picks
   while the rows stream. Matmul: the `kc x nv*lanes` panel of B in half of L1, else k is tiled;
   B is packed per panel when it does not sit in L1, and for a tile of panels (in a quarter of
   L2) when A does not stay in L2, so that each row block serves the tile's panels from L1.
-  Direct convolution (the slicing analysis of paper 004 §4.1): the weights are packed per vector panel, and the input channels are tiled
-  only when the packed panel `R*S*C x nv*lanes` can neither stream from L2 (it fits the L2 share
-  and the block reads it no faster than L2 delivers) nor stay in L1; then the channel tile is
-  the largest whose weight tile stays in L1, and the block and the tile are chosen together.
+  Direct convolution (the slicing analysis of paper 004 §4.1): the weights are packed per
+  vector panel, and the input channels are tiled only when the packed panel
+  `R*S*C x nv*lanes` can neither stream from L2 (it fits the L2 share and the block reads it no
+  faster than L2 delivers) nor stay in L1; then the channel tile is the largest whose weight
+  tile stays in L1, and the block and the tile are chosen together.
 
 Loop order (outer to inner):
 
@@ -183,6 +184,14 @@ def _entries(var, extent, step):
     return (var, extent // step, extent % step)
 
 
+def _vector_tile(extent, vb, budget, column_bytes):
+    """The widest multiple of the block width `vb` that divides `extent` and whose panel
+    (`column_bytes` per column) fits `budget` bytes, when it is wider than a block and narrower
+    than the extent; else None."""
+    vt = _divisor_at_most(extent, budget // column_bytes, vb)
+    return vt if vb < vt < extent else None
+
+
 def _divisor_at_most(n, limit, multiple=1):
     best = multiple
     for d in range(multiple, min(n, limit) + 1, multiple):
@@ -251,11 +260,8 @@ def plan(graph, node, tgt) -> Plan:
         panel = k_span * size(vec) * _BYTES
         # (a vector tile is a multiple of the block dividing the extent: none when the block
         # leaves a tail, which the outer vector loop then takes)
-        if panel > tgt.l2 // 2 and size(vec) > vb and size(vec) % vb == 0:
-            fit = max(vb, ((tgt.l2 // 2) // (k_span * _BYTES)) // vb * vb)
-            vt = _divisor_at_most(size(vec), fit, vb)
-            if vb < vt < size(vec):
-                vec_tile = vt
+        if panel > tgt.l2 // 2 and size(vec) % vb == 0:
+            vec_tile = _vector_tile(size(vec), vb, tgt.l2 // 2, k_span * _BYTES)
 
     # packing (matmul): the reduced operand B[k, n] has rows N*4 bytes apart, which alias in L1
     # and split cache lines; staged per panel (copy_input under the panel loop) its rows are
@@ -274,10 +280,7 @@ def plan(graph, node, tgt) -> Plan:
                 # A's rows do not stay in L2 between panels, so each panel would stream all of A
                 # from L3 again: a vector tile of panels packed together in an L2 share lets
                 # each row block, once in L1, serve every panel of the tile
-                fit = (int(tgt.l2 * _L2_SHARE) // (red_elems * _BYTES)) // vb * vb
-                vt = _divisor_at_most(size(vec), fit, vb) if fit >= vb else vb
-                if vb < vt < size(vec):
-                    vec_tile = vt
+                vec_tile = _vector_tile(size(vec), vb, int(tgt.l2 * _L2_SHARE), red_elems * _BYTES)
 
     # a depthwise block sweeps the image once per channel tile; when the input does not fit in
     # L2 each sweep streams it from memory again (and uses only part of every cache line), so
