@@ -2,8 +2,10 @@
 
     compile(tree, target=None, unroll_limit=None) -> Kernel
 
-`target` is None (the best target of this CPU), a target name ("avx2", "avx512"),
-a `loopstack.isa.target.Target`, or "interp" for the reference interpreter. Every
+`target` is None (the best target of this CPU), a target name ("avx2", "avx512", "neon",
+"neon_fp16"), a `loopstack.isa.target.Target`, or "interp" for the reference interpreter.
+Code for another architecture compiles on any host (`.code`, `.asm()`, `.flops`); calling
+it where it cannot run raises UnsupportedError. Every
 Kernel is called with numpy arrays in `tree.arguments` order (inputs, then outputs);
 outputs are written in place. The tree's accesses are verified to be in bounds before
 anything is compiled.
@@ -21,7 +23,7 @@ def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural n
         from .interp import InterpKernel
 
         return InterpKernel(tree)
-    from .x86.compile import compile_x86
+    from .native import compile_native
 
     # A compile allocates tens of thousands of small, acyclic objects (operands, addresses,
     # keys); the cycle collector's passes over them were up to a third of the compile time.
@@ -29,7 +31,7 @@ def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural n
     paused = gc.isenabled()
     gc.disable()
     try:
-        return compile_x86(tree, target=target, unroll_limit=unroll_limit)
+        return compile_native(tree, target=target, unroll_limit=unroll_limit)
     finally:
         if paused:
             gc.enable()

@@ -11,7 +11,7 @@ from strategies import random_case
 from loopstack.backend import compile
 from loopstack.backend.kernel_base import empty_aligned
 from loopstack.backend.x86.compile import emit_x86
-from loopstack.backend.x86.nest import UNROLL_REDUCTION
+from loopstack.backend.nest import UNROLL_REDUCTION
 from loopstack.errors import ArgumentError, ScheduleError, UnsupportedError
 from loopstack.isa import cpu
 from loopstack.isa.target import get_target

@@ -1,58 +1,53 @@
-"""Instruction selection for statement instances: loads, stores, arithmetic, accumulators.
-
-An *instance* is one statement at one static point of the unrolled code: a vector of
-`lanes` elements along the vectorised loop (fewer than a full vector in a tail, under
-a mask), or a scalar. Addresses are a pointer register per access stream plus a
-displacement the unrolled loops fixed at compile time.
+"""x86 instruction selection: AVX2 and AVX-512 code for statement instances, and the function's
+frame, loop counters and branches the nest walk asks for (see backend/emitter.py).
 
 Vector width and mask style come from the Target: AVX2 masks are vector registers used
-by vmaskmovps; AVX-512 masks are opmask registers on the instruction itself.
+by vmaskmovps; AVX-512 masks are opmask registers on the instruction itself. Arithmetic
+takes memory operands (a value read once, a broadcast, a constant) where the block's
+registers are all taken.
 """
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from ...errors import UnsupportedError
-from ...isa.x86.operands import K, Gpr, Mem, Vec, eax
-from ...looptree.ir import REDUCE_IDENTITY, Acc, Access, Binary, Compute, Const, Load, LoopTree, Unary, expr_loads
-from ..analysis import ByteMap, byte_map, element_stride
-from .values import RegisterFile, Val, vreg
+from ...isa.x86.operands import GPR64, K, Gpr, Mem, Vec, eax, rax, rbp, rbx, rdi, rdx, rsi, rsp, r12, r13, r14, r15
+from ...looptree.ir import REDUCE_IDENTITY, Access, LoopTree
+from ..emitter import Emitter
+from ..values import Shape, Val
+from .values import vreg
 from . import vmath
 
 ARITH = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "max": "vmax", "min": "vmin"}
+CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
+# rax is the scratch register; rsp the stack; everything else can hold pointers and counters
+ALLOCATABLE = tuple(r for r in GPR64 if r not in (rax, rsp))
+FRAME = 128            # start/end, and counters that do not fit in registers
+START_SLOT, END_SLOT = 0, 8
+PREFETCH = "prefetcht0"  # into L1 (and L2): measured ahead of prefetchnta and prefetcht1 on Zen 3
+
+__all__ = ["ARITH", "Shape", "Val", "X86Emitter"]
 
 
-@dataclass(frozen=True)
-class Shape:
-    """How an instance is laid out: `lanes` used of a `width`-lane vector, or scalar."""
+class X86Emitter(Emitter):
+    pointer_registers = ALLOCATABLE
 
-    vector: bool          # False: scalar ss code on xmm registers
-    lanes: int            # elements this instance covers (1 for scalar)
-    width: int            # lanes of a full vector
-    dim: str | None       # the vectorised dimension
-
-    @property
-    def masked(self) -> bool:
-        return self.vector and self.lanes < self.width
-
-
-class Emitter:
-    def __init__(self, asm, target, tree: LoopTree, pointers: dict[tuple, Gpr]):
-        self.asm = asm
-        self.target = target
-        self.tree = tree
-        self.pointers = pointers
+    def __init__(self, asm, target, tree: LoopTree, pointers: dict | None = None):
+        super().__init__(asm, target, tree, pointers)
         self.avx512 = target.vector_bits == 512
         self.bits = target.vector_bits
-        self.width = target.lanes("float32")
-        self.regs = RegisterFile(target.vector_registers)
         self._consts: dict[tuple, Mem] = {}
         self._masks: dict[int, object] = {}     # lanes -> Vec (AVX2) or MaskReg (AVX-512)
-        self._maps: dict[int, tuple[Access, ByteMap]] = {}
-        self._bases: dict[int, tuple] = {}           # id(access) -> see _base
-        self._kinds: dict[tuple, str] = {}           # (id(access), vector dim) -> load kind
-        self.versions: dict[str, int] = {}      # buffer -> stores so far in this region
+        self.free_gprs: list[Gpr] = []
+        self.next_slot = 2        # stack slots of counters; 0: start, 1: end
+
+    @classmethod
+    def check_tree(cls, tree: LoopTree, target) -> None:
+        for b in tree.buffers:
+            if b.dtype not in ("float32", "float16"):
+                raise UnsupportedError(
+                    f"the x86 backend computes in float32 (storage float32 or float16); buffer %{b.name} is "
+                    f"{b.dtype} (use target='interp' for integer programs)")
 
     # -- registers and operands ------------------------------------------------
     def v(self, num: int, shape: Shape) -> Vec:
@@ -61,32 +56,20 @@ class Emitter:
     def suffix(self, shape: Shape) -> str:
         return "ps" if shape.vector else "ss"
 
-    def bytemap(self, access: Access) -> ByteMap:
-        # keyed by identity: hashing an Access (nested frozen dataclasses) on every address
-        # would dominate the compile time; the entry keeps the access alive, so ids stay unique
-        hit = self._maps.get(id(access))
-        if hit is None:
-            hit = self._maps[id(access)] = (access, byte_map(self.tree, access))
-        return hit[1]
+    def memory(self, pointer, disp: int) -> Mem:
+        return Mem(pointer, disp=disp)
 
-    def _base(self, access: Access) -> tuple:
-        """(access, pointer register, constant bytes, coefficients, dtype), once per access."""
-        hit = self._bases.get(id(access))
-        if hit is None:
-            bm = self.bytemap(access)
-            hit = self._bases[id(access)] = (access, self.pointers[bm.stream], bm.const, bm.coeffs,
-                                             self.tree.buffer(access.buffer).dtype)
-        return hit
+    def memory_operand(self, m, kind: str, shape: Shape, dtype: str):
+        if dtype != "float32":
+            return None
+        if kind == "scalar" or (kind == "vec" and not shape.masked):
+            return m
+        if kind == "bcast" and self.avx512:
+            return m.bcst(32)
+        return None
 
-    def _displacement(self, base: tuple, static: dict[str, int]) -> int:
-        disp = base[2]
-        for name, c in base[3]:
-            disp += c * static.get(name, 0)
-        return disp
-
-    def address(self, access: Access, static: dict[str, int]) -> Mem:
-        base = self._base(access)
-        return Mem(base[1], disp=self._displacement(base, static))
+    def const_operand(self, value: float):
+        return self.const(value)
 
     def const(self, value: float) -> Mem:
         """A full vector of `value` in the constant pool (also read as a scalar)."""
@@ -135,54 +118,6 @@ class Emitter:
     def drop_masks(self) -> None:
         """Forget AVX-512 mask registers (their setup is emitted per straight-line region)."""
         self._masks.clear()
-
-    # -- loads -----------------------------------------------------------------
-    def load_kind(self, access: Access, shape: Shape) -> str:
-        if not shape.vector:
-            return "scalar"
-        key = (id(access), shape.dim)
-        kind = self._kinds.get(key)
-        if kind is None:
-            kind = self._kinds[key] = "vec" if element_stride(self.bytemap(access), shape.dim) == 1 else "bcast"
-        return kind
-
-    def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
-        base = self._base(access)
-        kind = self.load_kind(access, shape)
-        lanes = shape.lanes if kind == "vec" else 0
-        # the buffer's version changes with every store to it, so a load after a store
-        # never hits the cache entry of the value before it
-        version = self.versions.get(access.buffer, 0)
-        return (base[1].num, self._displacement(base, static), kind, lanes, base[4], version)
-
-    def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
-        """The value of a read; a cached register, a memory operand, or a fresh register."""
-        key = self.load_key(access, static, shape)
-        regs = self.regs
-        left = regs.uses.get(key, 1) - 1
-        regs.uses[key] = left
-        if key in regs.cache:
-            reg = regs.cache[key]
-            # last use: the register passes to the caller, who frees it — unless an enclosing
-            # operand still reads it (pinned); then it stays cached until evicted or flushed
-            if left <= 0 and reg not in regs.pinned:
-                del regs.cache[key]
-                return Val(reg=reg, owned=True)
-            return Val(reg=reg, key=key)
-        m = Mem(self._base(access)[1], disp=key[1])
-        kind, dtype = key[2], key[4]
-        operand = kind == "scalar" or (kind == "vec" and not shape.masked) or (kind == "bcast" and self.avx512)
-        # a value used again is kept in a register, unless every cached value is needed before
-        # it: then it is read as a memory operand each time instead (in a block whose columns
-        # outnumber the free registers, the columns that fit stay put)
-        if foldable and operand and dtype == "float32" and regs.keep_in_memory(key, left):
-            return Val(mem=m.bcst(32) if kind == "bcast" else m)
-        reg = regs.alloc()
-        self.load_into(reg, m, kind, shape, dtype)
-        if left > 0:
-            regs.cache[key] = reg
-            return Val(reg=reg, key=key)
-        return Val(reg=reg, owned=True)
 
     def load_into(self, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None:
         a = self.asm
@@ -266,106 +201,12 @@ class Emitter:
             a.emit("vpextrw", (m + 2 * i).with_bits(16), vreg(t, 128), i % 8)
         self.regs.release(t)
 
-    # -- expressions -----------------------------------------------------------
-    def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs, position: int = 0) -> None:
-        """Note the loads of one instance (the `position`-th of its region) before emitting it."""
-        for e in exprs:
-            for acc in expr_loads(e):
-                self.regs.note_use(self.load_key(acc, static, shape), position)
-
-    def to_reg(self, val: Val, shape: Shape) -> Val:
-        if val.reg is not None:
-            return val
-        reg = self.regs.alloc()
-        if val.mem.broadcast:
-            self.asm.emit("vbroadcastss", self.v(reg, shape), val.mem.with_bits(32))
-        else:
-            self.asm.emit("vmovups" if shape.vector else "vmovss", self.v(reg, shape),
-                          val.mem.with_bits(self.bits if shape.vector else 32))
-        return Val(reg=reg, owned=True)
-
-    def free(self, val: Val) -> None:
-        if val.owned and val.reg is not None:
-            self.regs.release(val.reg)
-
-    def dest(self, *srcs: Val) -> int:
-        for s in srcs:
-            if s.owned and s.reg is not None:
-                s.owned = False
-                return s.reg
-        return self.regs.alloc()
-
-    def eval(self, e, static, shape: Shape, acc: Val | None = None, foldable=False) -> Val:
-        if isinstance(e, Load):
-            return self.load(e.access, static, shape, foldable)
-        if isinstance(e, Const):
-            if foldable:
-                return Val(mem=self.const(float(e.value)))
-            reg = self.regs.alloc()
-            self.load_const(reg, float(e.value), shape)
-            return Val(reg=reg, owned=True)
-        if isinstance(e, Acc):
-            return Val(reg=acc.reg)
-        if isinstance(e, Binary):
-            a = self.to_reg(self.eval(e.a, static, shape, acc), shape)
-            pinned = self.regs.pinned
-            pinned.add(a.reg)
-            b = self.eval(e.b, static, shape, acc, foldable=True)
-            if b.reg is not None:
-                pinned.add(b.reg)
-            d = self.dest(a, b)
-            self.asm.emit(ARITH[e.op] + self.suffix(shape), self.v(d, shape), self.v(a.reg, shape),
-                          self.operand(b, shape))
-            self._unpin(a, b)
-            for x in (a, b):
-                if x.reg != d:
-                    self.free(x)
-            return Val(reg=d, owned=True)
-        if isinstance(e, Unary):
-            x = self.to_reg(self.eval(e.x, static, shape, acc), shape)
-            self.regs.pinned.add(x.reg)
-            d = self.dest(x)
-            self.regs.pinned.add(d)
-            vmath.unary(self, e.op, d, x.reg, shape)
-            self._unpin(x, Val(reg=d))
-            if x.reg != d:
-                self.free(x)
-            return Val(reg=d, owned=True)
-        raise UnsupportedError(f"cannot emit expression {e}")
-
-    def _unpin(self, *vals: Val) -> None:
-        for v in vals:
-            if v.reg is not None:
-                self.regs.pinned.discard(v.reg)
-
     def operand(self, val: Val, shape: Shape):
         if val.reg is not None:
             return self.v(val.reg, shape)
         if val.mem.broadcast:
             return val.mem
         return val.mem.with_bits(self.bits if shape.vector else 32)
-
-    # -- combining into an accumulator -------------------------------------------
-    def accumulate(self, acc: int, stmt: Compute, static, shape: Shape, blend: bool) -> None:
-        """acc = acc <reduce> expr, for one instance."""
-        e = stmt.expr
-        if stmt.reduce == "add" and isinstance(e, Binary) and e.op == "mul" and not blend:
-            a = self.to_reg(self.eval(e.a, static, shape), shape)
-            self.regs.pinned.add(a.reg)
-            b = self.eval(e.b, static, shape, foldable=True)
-            self.asm.emit("vfmadd231" + self.suffix(shape), self.v(acc, shape), self.v(a.reg, shape),
-                          self.operand(b, shape))
-            self._unpin(a)
-            self.free(a)
-            self.free(b)
-            return
-        val = self.eval(e, static, shape, foldable=not blend)
-        if blend:
-            val = self.to_reg(val, shape)
-            self.blend_identity(val, stmt.reduce, shape)
-        op = ARITH[stmt.reduce] + self.suffix(shape)
-        self.asm.emit(op, self.v(acc, shape), self.v(acc, shape), self.operand(val, shape))
-        self.free(val)
 
     def blend_identity(self, val: Val, reduce: str, shape: Shape) -> None:
         """Lanes past a reduction tail must not contribute: set them to the identity."""
@@ -406,3 +247,122 @@ class Emitter:
         self.asm.emit("vshufps", vreg(t, 128), vreg(acc, 128), vreg(acc, 128), 0x01)
         self.asm.emit(op, vreg(acc, 128), vreg(acc, 128), vreg(t, 128))
         self.regs.release(t)
+
+    # -- values into registers, arithmetic -------------------------------------------
+    def load_operand(self, reg: int, operand, shape: Shape) -> None:
+        if operand.broadcast:
+            self.asm.emit("vbroadcastss", self.v(reg, shape), operand.with_bits(32))
+        else:
+            self.asm.emit("vmovups" if shape.vector else "vmovss", self.v(reg, shape),
+                          operand.with_bits(self.bits if shape.vector else 32))
+
+    def copy(self, dst: int, src: int, shape: Shape) -> None:
+        self.asm.emit("vmovaps", self.v(dst, shape), self.v(src, shape))
+
+    def arith(self, op: str, d: int, a: int, b: Val, shape: Shape) -> None:
+        self.asm.emit(ARITH[op] + self.suffix(shape), self.v(d, shape), self.v(a, shape), self.operand(b, shape))
+
+    def fma(self, acc: int, a: int, b: Val, shape: Shape) -> None:
+        self.asm.emit("vfmadd231" + self.suffix(shape), self.v(acc, shape), self.v(a, shape), self.operand(b, shape))
+
+    def unary(self, op: str, d: int, x: int, shape: Shape) -> None:
+        vmath.unary(self, op, d, x, shape)
+
+    # -- the function ---------------------------------------------------------------
+    def prologue(self, slots: dict[str, int]) -> None:
+        a = self.asm
+        for r in CALLEE_SAVED:
+            a.emit("push", r)
+        a.emit("sub", rsp, FRAME)
+        a.emit("mov", rax, rdi)
+        a.emit("mov", Mem(rsp, disp=START_SLOT, bits=64), rsi)
+        a.emit("mov", Mem(rsp, disp=END_SLOT, bits=64), rdx)
+        for s, reg in self.pointers.items():
+            a.emit("mov", reg, Mem(rax, disp=8 * slots[s[0]], bits=64))
+
+    def epilogue(self) -> None:
+        a = self.asm
+        a.emit("add", rsp, FRAME)
+        for r in reversed(CALLEE_SAVED):
+            a.emit("pop", r)
+        a.emit("vzeroupper")
+        a.emit("ret")
+
+    def use_counters(self, registers: list) -> None:
+        self.free_gprs = list(registers)
+
+    def _counter(self):
+        """A free register, else a stack slot of the frame."""
+        if self.free_gprs:
+            return self.free_gprs.pop(0)
+        if self.next_slot >= FRAME // 8:
+            raise UnsupportedError("loop nest too deep: more than 14 runtime loops are open")
+        m = Mem(rsp, disp=8 * self.next_slot, bits=64)
+        self.next_slot += 1
+        return m
+
+    def _release_counter(self, c) -> None:
+        if isinstance(c, Gpr):
+            self.free_gprs.insert(0, c)
+        else:
+            self.next_slot -= 1
+
+    def loop_begin(self, name: str, count: int):
+        a = self.asm
+        c = self._counter()
+        a.emit("mov", c, count)
+        top = a.label(f"{name}_top")
+        a.bind(top)
+        return c, top
+
+    def loop_end(self, counter, top, deltas) -> None:
+        a = self.asm
+        for reg, d in deltas:
+            a.emit("add", reg, d)
+        a.emit("dec", counter)
+        a.emit("jne", top)
+        self._release_counter(counter)
+
+    def rewind(self, pointer, total: int) -> None:
+        if -2**31 <= total < 2**31:
+            self.asm.emit("sub", pointer, total)
+        else:
+            self.asm.emit("mov", rax, total)
+            self.asm.emit("sub", pointer, rax)
+
+    def prefetch(self, pointer, disp: int) -> None:
+        self.asm.emit(PREFETCH, Mem(pointer, disp=disp, bits=8))
+
+    def parallel_begin(self, deltas, full: int):
+        a = self.asm
+        start = Mem(rsp, disp=START_SLOT, bits=64)
+        end = Mem(rsp, disp=END_SLOT, bits=64)
+        for reg, d in deltas:
+            a.emit("mov", rax, start)
+            a.emit("imul", rax, rax, d)
+            a.emit("add", reg, rax)
+        if not full:
+            return None
+        c = self._counter()
+        done = a.label("par_done")
+        a.emit("mov", rax, end)
+        a.emit("cmp", rax, full)
+        clamp = a.label("par_clamped")
+        a.emit("jle", clamp)
+        a.emit("mov", rax, full)
+        a.bind(clamp)
+        a.emit("sub", rax, start)
+        a.emit("mov", c, rax)
+        a.emit("cmp", rax, 0)
+        a.emit("jle", done)
+        top = a.label("par_top")
+        a.bind(top)
+        return c, top, done
+
+    def parallel_tail_begin(self, full: int):
+        a = self.asm
+        skip = a.label("par_no_tail")
+        a.emit("mov", rax, Mem(rsp, disp=END_SLOT, bits=64))
+        a.emit("cmp", rax, full)
+        a.emit("jle", skip)
+        return skip

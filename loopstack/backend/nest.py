@@ -21,29 +21,27 @@ emit it:
     beyond L2 starts by prefetching its share of the next tile (backend.prefetch).
 Straight-line code between control-flow points is collected as statement instances and
 emitted together, so loads used several times are loaded once (paper §5.1, reuse).
+
+The walk names no instruction: it asks the instruction set's Emitter (backend/emitter.py;
+backend/x86, backend/aarch64) for every instruction, register and branch, so every CPU
+instruction set shares it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import ScheduleError, UnsupportedError
-from ...isa.x86.operands import GPR64, Gpr, Mem, rax, rbp, rbx, rdi, rdx, rsi, rsp, r12, r13, r14, r15
-from ...looptree.ir import REDUCE_IDENTITY, Compute, Const, Load, Loop, LoopTree, loop_var, statements
-from ..analysis import (
+from ..errors import ScheduleError, UnsupportedError
+from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Load, Loop, LoopTree, loop_var, statements
+from .analysis import (
     VectorPlan, block_footprint, byte_map, chain_below, indexes_output, loop_delta, perfect_statement,
     reads_output, reduction_loops, subtree_size, trips, uses_heavy_math, vector_plan,
 )
-from ..prefetch import LINE, prefetch_plans
-from .emitter import ARITH, Emitter, Shape, Val
+from .emitter import Emitter
+from .prefetch import LINE, prefetch_plans
+from .values import Shape, Val
 
-CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
-# rax is the scratch register; rsp the stack; everything else can hold pointers and counters
-ALLOCATABLE = tuple(r for r in GPR64 if r not in (rax, rsp))
-FRAME = 128            # start/end, and counters that do not fit in registers
 UNROLL_REDUCTION = 2   # iterations per trip of a register block's innermost reduction loop
-START_SLOT, END_SLOT = 0, 8
 COUNTER_REGISTERS = 10  # registers left to loop counters before a prefetch pointer takes one
-PREFETCH = "prefetcht0"  # into L1 (and L2): measured ahead of prefetchnta and prefetcht1 on Zen 3
 
 
 def max_accumulators(target, stmt: Compute) -> int:
@@ -103,19 +101,20 @@ class Instance:
 
 
 class SegmentCompiler:
-    def __init__(self, asm, target, tree: LoopTree, node, slots: dict[str, int], unroll_limit: int):
+    """One top-level node of a tree as one function, its instructions chosen by `isa` (an
+    Emitter subclass) into the assembler `asm`."""
+
+    def __init__(self, asm, target, tree: LoopTree, node, slots: dict[str, int], unroll_limit: int,
+                 isa: type[Emitter]):
         self.asm = asm
         self.target = target
         self.tree = tree
         self.node = node
         self.slots = slots
         self.limit = unroll_limit
-        self.width = target.lanes("float32")
+        self.em: Emitter = isa(asm, target, tree)
+        self.width = self.em.width
         self.pending: list[Instance] = []
-        self.free_gprs: list[Gpr] = []
-        self.stack_slots = FRAME // 8 - 1
-        self.next_slot = 2        # 0: start, 1: end
-        self.em: Emitter | None = None
         self._plans: dict[int, VectorPlan | None] = {}
         self._loop_streams: dict[int, set] = {}
         self._enclosing: dict[int, tuple] | None = None     # id(node) -> loops around it
@@ -130,9 +129,8 @@ class SegmentCompiler:
 
     # -- the function --------------------------------------------------------------
     def compile(self) -> None:
-        a = self.asm
         streams = self._streams()
-        regs = list(ALLOCATABLE)
+        regs = list(self.em.pointer_registers)
         if len(streams) > len(regs) - 2:
             raise UnsupportedError(
                 f"{len(streams)} distinct access streams in one nest exceed the {len(regs) - 2} "
@@ -144,27 +142,17 @@ class SegmentCompiler:
         pointers = {}
         for s in streams + [p.stream for p in self.prefetches]:
             pointers[s] = regs.pop(0)
-        self.free_gprs = regs
-        self.em = Emitter(a, self.target, self.tree, pointers)
-        for r in CALLEE_SAVED:
-            a.emit("push", r)
-        a.emit("sub", rsp, FRAME)
-        a.emit("mov", rax, rdi)
-        a.emit("mov", Mem(rsp, disp=START_SLOT, bits=64), rsi)
-        a.emit("mov", Mem(rsp, disp=END_SLOT, bits=64), rdx)
-        for s, reg in pointers.items():
-            a.emit("mov", reg, Mem(rax, disp=8 * self.slots[s[0]], bits=64))
+        em = self.em
+        em.pointers.update(pointers)
+        em.use_counters(regs)
+        em.prologue(self.slots)
         ctx = Ctx({}, {}, budget=self.limit)
         if isinstance(self.node, Loop) and "parallel" in self.node.annotations:
             self._parallel_loop(self.node, ctx)
         else:
             self.gen([self.node], ctx)
         self.flush()
-        a.emit("add", rsp, FRAME)
-        for r in reversed(CALLEE_SAVED):
-            a.emit("pop", r)
-        a.emit("vzeroupper")
-        a.emit("ret")
+        em.epilogue()
 
     def _streams(self) -> list[tuple]:
         seen: dict[tuple, None] = {}
@@ -321,21 +309,6 @@ class SegmentCompiler:
         self.gen(lp.body, self._with_offset(ctx, lp, offset, chain))
 
     # -- runtime loops -----------------------------------------------------------------
-    def _counter(self):
-        if self.free_gprs:
-            return self.free_gprs.pop(0)
-        if self.next_slot >= FRAME // 8:
-            raise UnsupportedError("loop nest too deep: more than 14 runtime loops are open")
-        m = Mem(rsp, disp=8 * self.next_slot, bits=64)
-        self.next_slot += 1
-        return m
-
-    def _release_counter(self, c) -> None:
-        if isinstance(c, Gpr):
-            self.free_gprs.insert(0, c)
-        else:
-            self.next_slot -= 1
-
     def _streams_in(self, lp: Loop) -> set:
         """The access streams of the statements under `lp` (the pointers it must move)."""
         key = id(lp)
@@ -362,76 +335,38 @@ class SegmentCompiler:
                      iterations: int = 1) -> None:
         """`count` trips of `body`, each covering `iterations` iterations of `lp`."""
         self.flush()
-        a = self.asm
-        c = self._counter()
-        a.emit("mov", c, count)
-        top = a.label(f"{lp.var}_top")
-        a.bind(top)
+        counter, top = self.em.loop_begin(lp.var, count)
         body()
         self.flush()
-        for reg, d in self._deltas(lp, per_iteration_elems, iterations):
-            a.emit("add", reg, d)
-        a.emit("dec", c)
-        a.emit("jne", top)
-        self._release_counter(c)
+        self.em.loop_end(counter, top, self._deltas(lp, per_iteration_elems, iterations))
 
     def _restore(self, lp: Loop, count: int, per_iteration_elems: int | None = None,
                  iterations: int = 1) -> None:
         self.flush()
         for reg, d in self._deltas(lp, per_iteration_elems, iterations):
-            total = d * count
-            if -2**31 <= total < 2**31:
-                self.asm.emit("sub", reg, total)
-            else:
-                self.asm.emit("mov", rax, total)
-                self.asm.emit("sub", reg, rax)
+            self.em.rewind(reg, d * count)
 
     def _parallel_loop(self, lp: Loop, ctx: Ctx) -> None:
         """Iterations [start, end) of the outermost loop; the caller splits them over threads."""
-        a = self.asm
+        em = self.em
         rng = self.tree.dim_size(lp.dim)
         full, tail = trips(rng, lp.step)
         inner = ctx.child()
         inner.ranges[lp.dim] = min(lp.step, rng)
-        start = Mem(rsp, disp=START_SLOT, bits=64)
-        end = Mem(rsp, disp=END_SLOT, bits=64)
-        for reg, d in self._deltas(lp):
-            a.emit("mov", rax, start)
-            a.emit("imul", rax, rax, d)
-            a.emit("add", reg, rax)
-        if full:
-            c = self._counter()
-            done = a.label("par_done")
-            a.emit("mov", rax, end)
-            a.emit("cmp", rax, full)
-            clamp = a.label("par_clamped")
-            a.emit("jle", clamp)
-            a.emit("mov", rax, full)
-            a.bind(clamp)
-            a.emit("sub", rax, start)
-            a.emit("mov", c, rax)
-            a.emit("cmp", rax, 0)
-            a.emit("jle", done)
-            top = a.label("par_top")
-            a.bind(top)
+        loop = em.parallel_begin(self._deltas(lp), full)
+        if loop is not None:
+            counter, top, done = loop
             self.gen(lp.body, self._with_offset(inner, lp, 0))
             self.flush()
-            for reg, d in self._deltas(lp):
-                a.emit("add", reg, d)
-            a.emit("dec", c)
-            a.emit("jne", top)
-            a.bind(done)
-            self._release_counter(c)
+            em.loop_end(counter, top, self._deltas(lp))
+            em.bind(done)
         if tail:
-            skip = a.label("par_no_tail")
-            a.emit("mov", rax, end)
-            a.emit("cmp", rax, full)
-            a.emit("jle", skip)
+            skip = em.parallel_tail_begin(full)
             t = ctx.child()
             t.ranges[lp.dim] = tail
             self.gen(lp.body, self._with_offset(t, lp, 0))
             self.flush()
-            a.bind(skip)
+            em.bind(skip)
 
     # -- vectorised innermost loops ----------------------------------------------------
     def vector_loop(self, lp: Loop, plan: VectorPlan, ctx: Ctx, rng: int, unroll: bool) -> None:
@@ -485,7 +420,7 @@ class SegmentCompiler:
         fused = all(lp in chain for lp in reduction_loops(stmt, self._stack_to(root) + tuple(chain)))
         accs: dict[int, int] = {}
         for static, shape in keys:
-            disp = em.address(stmt.out, static).disp
+            disp = em.displacement(stmt.out, static)
             if disp in accs:
                 continue
             reg = em.regs.alloc()
@@ -503,7 +438,7 @@ class SegmentCompiler:
         if alt is not None:
             self._combine_sets(stmt, keys, accs, alt)
         for static, shape in keys:
-            disp = em.address(stmt.out, static).disp
+            disp = em.displacement(stmt.out, static)
             reg = accs.pop(disp, None)
             if reg is None:
                 continue
@@ -523,7 +458,7 @@ class SegmentCompiler:
                 reg = self.em.pointers[p.stream]
                 disp = p.displacement(ctx.static)
                 for j in range(p.lines):
-                    self.asm.emit(PREFETCH, Mem(reg, disp=disp + LINE * j, bits=8))
+                    self.em.prefetch(reg, disp + LINE * j)
 
     def _inner_reduction(self, chain, stmt: Compute, ctx: Ctx, n_acc: int, along: bool):
         """(loop, unroll factor, accumulator sets) for the innermost reduction loop of a block
@@ -558,7 +493,7 @@ class SegmentCompiler:
         em = self.em
         alt: dict[int, int] = {}
         for static, shape in keys:
-            disp = em.address(stmt.out, static).disp
+            disp = em.displacement(stmt.out, static)
             if disp not in alt:
                 alt[disp] = em.regs.alloc()
                 em.load_const(alt[disp], REDUCE_IDENTITY[stmt.reduce], Shape(shape.vector, self.width, self.width, None))
@@ -567,13 +502,12 @@ class SegmentCompiler:
     def _combine_sets(self, stmt: Compute, keys, accs: dict[int, int], alt: dict[int, int]) -> None:
         em = self.em
         for static, shape in keys:
-            disp = em.address(stmt.out, static).disp
+            disp = em.displacement(stmt.out, static)
             reg = alt.pop(disp, None)
             if reg is None:
                 continue
             full = Shape(shape.vector, self.width, self.width, None)
-            em.asm.emit(ARITH[stmt.reduce] + em.suffix(full), em.v(accs[disp], full), em.v(accs[disp], full),
-                        em.v(reg, full))
+            em.arith(stmt.reduce, accs[disp], accs[disp], Val(reg=reg), full)
             em.regs.release(reg)
 
     def _stack_to(self, root: Loop) -> tuple:
@@ -632,7 +566,7 @@ class SegmentCompiler:
                 em.load_const(reg, float(init.value), shape)
                 return
             val = em.to_reg(em.eval(init, static, shape), shape)
-            em.asm.emit("vmovaps", em.v(reg, shape), em.v(val.reg, shape))
+            em.copy(reg, val.reg, shape)
             em.free(val)
             return
         self._load_out(reg, stmt, static, shape)
@@ -650,12 +584,12 @@ class SegmentCompiler:
             if not (fused and stmt.init == "identity"):
                 other = Load(stmt.out) if not fused or stmt.init is None else stmt.init
                 val = em.eval(other, static, shape, foldable=True)
-                em.asm.emit(f"v{stmt.reduce}ss", em.v(reg, shape), em.v(reg, shape), em.operand(val, shape))
+                em.arith(stmt.reduce, reg, reg, val, shape)
                 em.free(val)
         if fused and stmt.post is not None:
             val = em.eval(stmt.post, static, shape, acc=Val(reg=reg))
             if val.reg != reg:
-                em.asm.emit("vmovaps", em.v(reg, shape), em.v(val.reg, shape))
+                em.copy(reg, val.reg, shape)
                 em.free(val)
         self._store(reg, stmt.out, static, shape)
 
@@ -666,8 +600,8 @@ class SegmentCompiler:
     def statement(self, stmt: Compute, ctx: Ctx, shape: Shape, along_output: bool = True) -> None:
         blk = ctx.block
         if blk is not None and blk.stmt is stmt:
-            disp = self.em.address(stmt.out, ctx.static).disp
-            blend = (not blk.along_output) and shape.masked and not _zero_safe(stmt, self.em, shape)
+            disp = self.em.displacement(stmt.out, ctx.static)
+            blend = (not blk.along_output) and shape.masked and not self.em.zero_safe(stmt, shape)
             self.pending.append(Instance(stmt, ctx.static, shape, blk.acc_set(ctx.chain)[disp], blend))
         else:
             self.pending.append(Instance(stmt, ctx.static, shape))
@@ -722,7 +656,7 @@ class SegmentCompiler:
         if stmt.init is not None:    # no reduction loops: init and post fuse here
             init = Const(REDUCE_IDENTITY[stmt.reduce]) if stmt.init == "identity" else stmt.init
             val = em.to_reg(em.eval(init, static, shape), shape)
-            em.asm.emit("vmovaps", em.v(reg, shape), em.v(val.reg, shape))
+            em.copy(reg, val.reg, shape)
             em.free(val)
         else:
             em.load_into(reg, em.address(stmt.out, static), "vec" if shape.vector else "scalar", shape,
@@ -732,21 +666,9 @@ class SegmentCompiler:
         if stmt.post is not None:
             val = em.eval(stmt.post, static, shape, acc=Val(reg=reg))
             if val.reg != reg:
-                em.asm.emit("vmovaps", em.v(reg, shape), em.v(val.reg, shape))
+                em.copy(reg, val.reg, shape)
                 em.free(val)
         em.regs.pinned.discard(reg)
         em.store(reg, stmt.out, static, shape)
         em.regs.release(reg)
 
-
-def _zero_safe(stmt: Compute, em: Emitter, shape: Shape) -> bool:
-    """A masked reduction tail is safe without blending when its lanes past the tail are 0 * x."""
-    e = stmt.expr
-    if stmt.reduce != "add":
-        return False
-    if isinstance(e, Load):
-        return em.load_kind(e.access, shape) == "vec"
-    from ...looptree.ir import Binary
-    if isinstance(e, Binary) and e.op == "mul":
-        return any(isinstance(x, Load) and em.load_kind(x.access, shape) == "vec" for x in (e.a, e.b))
-    return False

@@ -1,0 +1,335 @@
+"""Instruction selection for statement instances, the part every instruction set shares.
+
+An *instance* is one statement at one static point of the unrolled code: a vector of
+`lanes` elements along the vectorised loop (fewer than a full vector in a tail), or a
+scalar. Addresses are a pointer register per access stream plus a displacement the
+unrolled loops fixed at compile time.
+
+`Emitter` evaluates expressions into values, keeps loaded values in registers while they
+are used again (the load cache, emptied at every control-flow point), and decides when a
+value is read from memory each time instead. Everything that names an instruction is a
+method a subclass implements (backend/x86/emitter.py, backend/aarch64/emitter.py): loads
+and stores with tails, constants, arithmetic, FMA, the horizontal reduction, and the
+function's frame, loop counters, branches and pointer updates that the nest walk
+(backend/nest.py) asks for.
+"""
+from __future__ import annotations
+
+from ..errors import UnsupportedError
+from ..looptree.ir import Acc, Access, Binary, Compute, Const, Load, LoopTree, Unary, expr_loads
+from .analysis import ByteMap, byte_map, element_stride
+from .values import RegisterFile, Shape, Val
+
+__all__ = ["Emitter", "Shape", "Val"]
+
+
+class Emitter:
+    """The instruction-set independent half of instruction selection (see the module doc).
+
+    A subclass sets `pointer_registers` (the general registers that may hold stream pointers
+    and loop counters, in order of preference) and implements the methods that raise here."""
+
+    pointer_registers: tuple = ()
+
+    def __init__(self, asm, target, tree: LoopTree, pointers: dict | None = None):
+        self.asm = asm
+        self.target = target
+        self.tree = tree
+        self.pointers = pointers if pointers is not None else {}
+        self.width = self.lanes(target)
+        self.regs = RegisterFile(target.vector_registers)
+        self._maps: dict[int, tuple[Access, ByteMap]] = {}
+        self._bases: dict[int, tuple] = {}           # id(access) -> see _base
+        self._kinds: dict[tuple, str] = {}           # (id(access), vector dim) -> load kind
+        self.versions: dict[str, int] = {}      # buffer -> stores so far in this region
+
+    # -- what the instruction set decides ------------------------------------------
+    @classmethod
+    def lanes(cls, target) -> int:
+        """Elements per vector register in the arithmetic this instruction set emits for `target`."""
+        return target.lanes("float32")
+
+    @classmethod
+    def check_tree(cls, tree: LoopTree, target) -> None:
+        """Raise UnsupportedError for a buffer type this instruction set does not compute."""
+
+    # -- addresses -----------------------------------------------------------------
+    def bytemap(self, access: Access) -> ByteMap:
+        # keyed by identity: hashing an Access (nested frozen dataclasses) on every address
+        # would dominate the compile time; the entry keeps the access alive, so ids stay unique
+        hit = self._maps.get(id(access))
+        if hit is None:
+            hit = self._maps[id(access)] = (access, byte_map(self.tree, access))
+        return hit[1]
+
+    def _base(self, access: Access) -> tuple:
+        """(access, pointer register, constant bytes, coefficients, dtype), once per access."""
+        hit = self._bases.get(id(access))
+        if hit is None:
+            bm = self.bytemap(access)
+            hit = self._bases[id(access)] = (access, self.pointers[bm.stream], bm.const, bm.coeffs,
+                                             self.tree.buffer(access.buffer).dtype)
+        return hit
+
+    def _displacement(self, base: tuple, static: dict[str, int]) -> int:
+        disp = base[2]
+        for name, c in base[3]:
+            disp += c * static.get(name, 0)
+        return disp
+
+    def displacement(self, access: Access, static: dict[str, int]) -> int:
+        """Bytes from the access's pointer register to its element at `static`."""
+        return self._displacement(self._base(access), static)
+
+    def address(self, access: Access, static: dict[str, int]):
+        base = self._base(access)
+        return self.memory(base[1], self._displacement(base, static))
+
+    def dtype_of(self, access: Access) -> str:
+        return self._base(access)[4]
+
+    # -- loads -----------------------------------------------------------------
+    def load_kind(self, access: Access, shape: Shape) -> str:
+        """"scalar", "vec" (unit stride along the vector) or "bcast" (constant along it)."""
+        if not shape.vector:
+            return "scalar"
+        key = (id(access), shape.dim)
+        kind = self._kinds.get(key)
+        if kind is None:
+            kind = self._kinds[key] = "vec" if element_stride(self.bytemap(access), shape.dim) == 1 else "bcast"
+        return kind
+
+    def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
+        base = self._base(access)
+        kind = self.load_kind(access, shape)
+        lanes = shape.lanes if kind == "vec" else 0
+        # the buffer's version changes with every store to it, so a load after a store
+        # never hits the cache entry of the value before it
+        version = self.versions.get(access.buffer, 0)
+        return (base[1].num, self._displacement(base, static), kind, lanes, base[4], version)
+
+    def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
+        """The value of a read; a cached register, a memory operand, or a fresh register."""
+        key = self.load_key(access, static, shape)
+        regs = self.regs
+        left = regs.uses.get(key, 1) - 1
+        regs.uses[key] = left
+        if key in regs.cache:
+            reg = regs.cache[key]
+            # last use: the register passes to the caller, who frees it — unless an enclosing
+            # operand still reads it (pinned); then it stays cached until evicted or flushed
+            if left <= 0 and reg not in regs.pinned:
+                del regs.cache[key]
+                return Val(reg=reg, owned=True)
+            return Val(reg=reg, key=key)
+        m = self.memory(self._base(access)[1], key[1])
+        kind, dtype = key[2], key[4]
+        # a value used again is kept in a register, unless every cached value is needed before
+        # it: then it is read as a memory operand each time instead (in a block whose columns
+        # outnumber the free registers, the columns that fit stay put)
+        if foldable:
+            operand = self.memory_operand(m, kind, shape, dtype)
+            if operand is not None and regs.keep_in_memory(key, left):
+                return Val(mem=operand)
+        reg = regs.alloc()
+        self.load_into(reg, m, kind, shape, dtype)
+        if left > 0:
+            regs.cache[key] = reg
+            return Val(reg=reg, key=key)
+        return Val(reg=reg, owned=True)
+
+    # -- expressions -----------------------------------------------------------
+    def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs, position: int = 0) -> None:
+        """Note the loads of one instance (the `position`-th of its region) before emitting it."""
+        for e in exprs:
+            for acc in expr_loads(e):
+                self.regs.note_use(self.load_key(acc, static, shape), position)
+
+    def to_reg(self, val: Val, shape: Shape) -> Val:
+        if val.reg is not None:
+            return val
+        reg = self.regs.alloc()
+        self.load_operand(reg, val.mem, shape)
+        return Val(reg=reg, owned=True)
+
+    def free(self, val: Val) -> None:
+        if val.owned and val.reg is not None:
+            self.regs.release(val.reg)
+
+    def dest(self, *srcs: Val) -> int:
+        for s in srcs:
+            if s.owned and s.reg is not None:
+                s.owned = False
+                return s.reg
+        return self.regs.alloc()
+
+    def eval(self, e, static, shape: Shape, acc: Val | None = None, foldable=False) -> Val:
+        if isinstance(e, Load):
+            return self.load(e.access, static, shape, foldable)
+        if isinstance(e, Const):
+            if foldable:
+                operand = self.const_operand(float(e.value))
+                if operand is not None:
+                    return Val(mem=operand)
+            reg = self.regs.alloc()
+            self.load_const(reg, float(e.value), shape)
+            return Val(reg=reg, owned=True)
+        if isinstance(e, Acc):
+            return Val(reg=acc.reg)
+        if isinstance(e, Binary):
+            a = self.to_reg(self.eval(e.a, static, shape, acc), shape)
+            pinned = self.regs.pinned
+            pinned.add(a.reg)
+            b = self.eval(e.b, static, shape, acc, foldable=True)
+            if b.reg is not None:
+                pinned.add(b.reg)
+            d = self.dest(a, b)
+            self.arith(e.op, d, a.reg, b, shape)
+            self._unpin(a, b)
+            for x in (a, b):
+                if x.reg != d:
+                    self.free(x)
+            return Val(reg=d, owned=True)
+        if isinstance(e, Unary):
+            x = self.to_reg(self.eval(e.x, static, shape, acc), shape)
+            self.regs.pinned.add(x.reg)
+            d = self.dest(x)
+            self.regs.pinned.add(d)
+            self.unary(e.op, d, x.reg, shape)
+            self._unpin(x, Val(reg=d))
+            if x.reg != d:
+                self.free(x)
+            return Val(reg=d, owned=True)
+        raise UnsupportedError(f"cannot emit expression {e}")
+
+    def _unpin(self, *vals: Val) -> None:
+        for v in vals:
+            if v.reg is not None:
+                self.regs.pinned.discard(v.reg)
+
+    # -- combining into an accumulator -------------------------------------------
+    def accumulate(self, acc: int, stmt: Compute, static, shape: Shape, blend: bool) -> None:
+        """acc = acc <reduce> expr, for one instance."""
+        e = stmt.expr
+        if stmt.reduce == "add" and isinstance(e, Binary) and e.op == "mul" and not blend:
+            a = self.to_reg(self.eval(e.a, static, shape), shape)
+            self.regs.pinned.add(a.reg)
+            b = self.eval(e.b, static, shape, foldable=True)
+            self.fma(acc, a.reg, b, shape)
+            self._unpin(a)
+            self.free(a)
+            self.free(b)
+            return
+        val = self.eval(e, static, shape, foldable=not blend)
+        if blend:
+            val = self.to_reg(val, shape)
+            self.blend_identity(val, stmt.reduce, shape)
+        self.arith(stmt.reduce, acc, acc, val, shape)
+        self.free(val)
+
+    def zero_safe(self, stmt: Compute, shape: Shape) -> bool:
+        """A reduction tail is safe without blending when its lanes past the tail are 0 * x
+        (a vector load of a tail leaves them 0)."""
+        e = stmt.expr
+        if stmt.reduce != "add":
+            return False
+        if isinstance(e, Load):
+            return self.load_kind(e.access, shape) == "vec"
+        if isinstance(e, Binary) and e.op == "mul":
+            return any(isinstance(x, Load) and self.load_kind(x.access, shape) == "vec" for x in (e.a, e.b))
+        return False
+
+    # -- per instruction set: values -------------------------------------------------
+    def memory(self, pointer, disp: int):
+        """The address `disp` bytes from pointer register `pointer`, as the instruction set's operand."""
+        raise NotImplementedError
+
+    def memory_operand(self, m, kind: str, shape: Shape, dtype: str):
+        """`m` as a source operand of arithmetic (read in place, not loaded), or None."""
+        return None
+
+    def const_operand(self, value: float):
+        """A constant as a source operand of arithmetic, or None (then it is loaded)."""
+        return None
+
+    def load_operand(self, reg: int, operand, shape: Shape) -> None:
+        """Load a value `memory_operand` or `const_operand` returned into register `reg`."""
+        raise NotImplementedError
+
+    def load_const(self, reg: int, value: float, shape: Shape) -> None:
+        raise NotImplementedError
+
+    def load_into(self, reg: int, m, kind: str, shape: Shape, dtype: str) -> None:
+        """Load the element(s) at `m` as `kind` ("scalar", "vec", "bcast"), `shape.lanes` of a tail."""
+        raise NotImplementedError
+
+    def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
+        raise NotImplementedError
+
+    def copy(self, dst: int, src: int, shape: Shape) -> None:
+        raise NotImplementedError
+
+    def arith(self, op: str, d: int, a: int, b: Val, shape: Shape) -> None:
+        """d = a <op> b for op in add, sub, mul, div, max, min."""
+        raise NotImplementedError
+
+    def fma(self, acc: int, a: int, b: Val, shape: Shape) -> None:
+        """acc += a * b."""
+        raise NotImplementedError
+
+    def unary(self, op: str, d: int, x: int, shape: Shape) -> None:
+        """d = op(x); d may equal x."""
+        raise NotImplementedError
+
+    def blend_identity(self, val: Val, reduce: str, shape: Shape) -> None:
+        """Lanes past a reduction tail must not contribute: set them to the identity."""
+        raise NotImplementedError
+
+    def hreduce(self, acc: int, reduce: str) -> None:
+        """Fold the lanes of vector `acc` into its lane 0."""
+        raise NotImplementedError
+
+    def drop_masks(self) -> None:
+        """End of a straight-line region: forget state kept for it (mask registers)."""
+
+    # -- per instruction set: the function -----------------------------------------
+    def prologue(self, slots: dict[str, int]) -> None:
+        """Save what the function uses, keep start/end, and load every stream's pointer
+        (`self.pointers`) from the argument block at the buffer's slot."""
+        raise NotImplementedError
+
+    def epilogue(self) -> None:
+        raise NotImplementedError
+
+    def use_counters(self, registers: list) -> None:
+        """The general registers left to loop counters."""
+        raise NotImplementedError
+
+    def loop_begin(self, name: str, count: int):
+        """A counter set to `count` and the loop's top label bound: returns (counter, top)."""
+        raise NotImplementedError
+
+    def loop_end(self, counter, top, deltas) -> None:
+        """Advance each (pointer, bytes) of `deltas`, count down, branch back to `top` while
+        trips are left, and give the counter back."""
+        raise NotImplementedError
+
+    def rewind(self, pointer, total: int) -> None:
+        """pointer -= total bytes."""
+        raise NotImplementedError
+
+    def prefetch(self, pointer, disp: int) -> None:
+        raise NotImplementedError
+
+    def parallel_begin(self, deltas, full: int):
+        """Of a parallel loop's `full` full iterations, run [start, min(end, full)): advance each
+        (pointer, bytes per iteration) by start iterations, set a counter to the trips and
+        skip the loop when there are none. Returns (counter, top, done label)."""
+        raise NotImplementedError
+
+    def parallel_tail_begin(self, full: int):
+        """Skip the parallel loop's partial last iteration unless end > full: returns the label to bind after it."""
+        raise NotImplementedError
+
+    def bind(self, label) -> None:
+        self.asm.bind(label)

@@ -1,0 +1,257 @@
+"""compile_native: a verified loop tree in, a Kernel of machine code for a CPU target out.
+
+    split_padded_nests -> stage_padded_reads -> hoist_constant_packs -> split_init_post
+    -> check_parallel -> one function per top-level node (backend/nest.py, with the
+       target's instruction selection: backend/x86 or backend/aarch64)
+
+Each top-level node becomes its own machine-code function `f(void **args, i64 start,
+i64 end)`; the Kernel calls them in order, except that the leading nests which only pack
+constant inputs run when the kernel is given arrays it did not see in the call before. A top-level loop annotated "parallel" is
+split into chunks of iterations [start, end) run on a thread pool: cffi releases the
+GIL during the call, and every thread gets its own copy of the intermediates that live
+only inside that loop.
+
+Code for any target can be emitted on any host (cross-compilation): a kernel for a target
+this CPU cannot run has its code, listing and counts, and calling it raises UnsupportedError.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from operator import is_
+
+import numpy as np
+
+from ..errors import ScheduleError, UnsupportedError
+from ..isa.target import get_target
+from ..looptree.ir import Loop, LoopTree, loop_var, statements
+from .kernel_base import KernelBase, allocate_storage
+from .constants import hoist_constant_packs
+from .nest import SegmentCompiler, max_accumulators
+from .rewrite import split_init_post, split_padded_nests, stage_padded_reads
+
+# the instruction selection of each architecture: (module, Emitter class, Assembler factory)
+_ISAS = {
+    "x86_64": ("loopstack.backend.x86.emitter", "X86Emitter", "loopstack.isa.x86.assembler"),
+    "aarch64": ("loopstack.backend.aarch64.emitter", "A64Emitter", "loopstack.isa.aarch64.assembler"),
+}
+_HOST_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+_POOL: ThreadPoolExecutor | None = None
+_UNBOUND = (object(),)      # no call's arguments are these
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="loopstack")
+    return _POOL
+
+
+def host_arch() -> str:
+    return _HOST_ARCH.get(platform.machine().lower(), platform.machine().lower())
+
+
+def runs_here(target) -> bool:
+    """Whether this process can call code for `target`: the host's architecture and features."""
+    from ..isa import cpu
+
+    return target.arch == host_arch() and target.required <= cpu.cpu_features()
+
+
+def compile_native(tree: LoopTree, target=None, unroll_limit: int | None = None) -> "NativeKernel":
+    t0 = time.perf_counter()
+    target = get_target(target, check=False)
+    if target.arch == host_arch():
+        get_target(target)               # a CPU without the instruction set fails here, before any code
+    lowered, parallel, segments, once = emit_native(tree, target, unroll_limit)
+    if runs_here(target):
+        from ..isa.execmem import ExecutableCode
+
+        codes = ExecutableCode.batch([asm.bytes() for asm, _ in segments]) if segments else []
+    else:
+        codes = [_Foreign(asm.bytes(), target) for asm, _ in segments]
+    kernel = NativeKernel(tree, lowered, target, [(c, asm, node) for c, (asm, node) in zip(codes, segments)],
+                          parallel, once)
+    kernel.compile_ms = (time.perf_counter() - t0) * 1e3
+    return kernel
+
+
+def instruction_set(target):
+    """(Emitter subclass, Assembler class) of the target's architecture."""
+    try:
+        module, cls, asm_module = _ISAS[target.arch]
+    except KeyError:
+        raise UnsupportedError(f"no code generator for architecture {target.arch!r} (target {target.name})") from None
+    return getattr(importlib.import_module(module), cls), importlib.import_module(asm_module).Assembler
+
+
+def emit_native(tree: LoopTree, target, unroll_limit: int | None = None):
+    """The machine code of a tree for `target`, without making it executable.
+
+    Returns (rewritten tree, temps private to parallel loops, [(Assembler, top-level node)],
+    the number of leading segments to run once per set of arrays).
+    Emitting needs no CPU support, so code for any target can be inspected and decoded here."""
+    limit = unroll_limit if unroll_limit is not None else target.unroll_limit
+    if limit < 0:
+        raise ScheduleError(f"unroll_limit must be >= 0, got {limit}")
+    isa, assembler = instruction_set(target)
+    isa.check_tree(tree, target)
+    lowered, once = hoist_constant_packs(stage_padded_reads(split_padded_nests(tree)))
+    lowered = split_init_post(lowered, isa.lanes(target), lambda s: max_accumulators(target, s))
+    parallel = check_parallel(lowered)
+    slots = {b.name: i for i, b in enumerate(lowered.arguments + lowered.temps)}
+    segments = []
+    for node in lowered.body:
+        asm = assembler()
+        SegmentCompiler(asm, target, lowered, node, slots, limit, isa).compile()
+        segments.append((asm, node))
+    return lowered, parallel, segments, once
+
+
+class _Foreign:
+    """The code of a segment for a target this host cannot run: inspectable, not callable."""
+
+    def __init__(self, code: bytes, target):
+        self.code = code
+        self.target = target
+
+    def func(self, *args):
+        raise UnsupportedError(
+            f"this kernel is {self.target.name} ({self.target.arch}) code and this host "
+            f"({host_arch()}) cannot run it: inspect .code / .asm(), or compile for this host's target")
+
+
+def check_parallel(tree: LoopTree) -> set[str]:
+    """Temps private to a parallel loop; raises if a parallel loop would race."""
+    private: set[str] = set()
+    users: dict[str, set[int]] = {}
+    for top, node in enumerate(tree.body):
+        for s in statements(node):
+            for acc in (s.out, *s.reads()):
+                users.setdefault(acc.buffer, set()).add(top)
+    for top, node in enumerate(tree.body):
+        if not (isinstance(node, Loop) and "parallel" in node.annotations):
+            continue
+        mine = {t.name for t in tree.temps if users.get(t.name) == {top}}
+        private |= mine
+        for s in statements(node):
+            if s.out.buffer in mine:
+                continue
+            names = s.out.names()
+            if node.dim not in names and loop_var(node.var) not in names:
+                raise ScheduleError(
+                    f"parallel loop {node.var} would race: statement '{s.name}' writes %{s.out.buffer} "
+                    f"without indexing dimension {node.dim}")
+    return private
+
+
+
+class NativeKernel(KernelBase):
+    """Machine code for a loop tree, callable on numpy arrays (on a host that runs its target)."""
+
+    def __init__(self, tree: LoopTree, lowered: LoopTree, target, segments, private: set[str], once: int = 0):
+        super().__init__(tree)
+        self.lowered = lowered
+        self.target = target
+        self._segments = segments
+        self._private = private
+        self.threads = os.cpu_count() or 1
+        self._shared = {t.name: allocate_storage(t) for t in lowered.temps if t.name not in private}
+        self._per_thread: list[dict[str, np.ndarray]] = []
+        self._bound: tuple = _UNBOUND    # the arrays of the last call
+        self._run = None
+        # per segment: (function, iterations, parallel?) — fixed at compile time, so a call
+        # only looks up its arguments' pointer block and calls; the first `once` pack constants
+        steps = [(c.func, _iterations(lowered, node), isinstance(node, Loop) and "parallel" in node.annotations)
+                 for c, _, node in segments]
+        self._once, self._steps = steps[:once], steps[once:]
+        self._parallel = any(parallel for _, _, parallel in self._steps)
+
+    @property
+    def code(self) -> bytes:
+        return b"".join(c.code for c, _, _ in self._segments)
+
+    def instruction_bytes(self) -> list[bytes]:
+        """Each segment's instructions, without its constant pool (for disassemblers)."""
+        return [c.code[:getattr(asm, "code_size", len(c.code))] for c, asm, _ in self._segments]
+
+    def asm(self) -> str:
+        parts = []
+        for i, (_, asm, node) in enumerate(self._segments):
+            head = node.var if isinstance(node, Loop) else node.name
+            parts.append(f"; segment {i}: {head}\n{asm.listing()}")
+        return "\n".join(parts)
+
+    def _temps(self, thread: int) -> dict[str, np.ndarray]:
+        while len(self._per_thread) <= thread:
+            self._per_thread.append({t.name: allocate_storage(t) for t in self.lowered.temps if t.name in self._private})
+        d = dict(self._shared)
+        d.update(self._per_thread[thread])
+        return d
+
+    def _pointers(self, arrays, thread: int):
+        from ..isa.execmem import pointer_array
+
+        temps = self._temps(thread)
+        bufs = list(arrays) + [temps[t.name] for t in self.lowered.temps]
+        params = self.lowered.arguments + self.lowered.temps
+        return pointer_array(bufs, [b.kind != "input" for b in params], [b.name for b in params])
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        bound = self._bound
+        if len(arrays) != len(bound) or not all(map(is_, arrays, bound)):
+            self._bind(arrays, checked=False)
+        self._run()
+
+    def _execute(self, arrays, checked: bool = True) -> None:
+        bound = self._bound
+        if len(arrays) != len(bound) or not all(map(is_, arrays, bound)):
+            self._bind(arrays, checked)
+        self._run()
+
+    def _bind(self, arrays, checked: bool) -> None:
+        """Check new arrays, build their pointer blocks (one per thread when a segment runs in
+        parallel), pack their constants, and make the call that runs every step on them.
+
+        The arrays are kept bound: while referenced, their ids cannot be reused and they cannot
+        be resized, so the same objects passed again are the same memory and need no check."""
+        if not checked:
+            self.check_arguments(arrays)
+        threads = self.threads if self._parallel else 1
+        ptrs = [self._pointers(arrays, t) for t in range(threads)]
+        block = ptrs[0].cdata
+        for func, n, _ in self._once:
+            func(block, 0, n)
+        self._bound = tuple(arrays)
+        steps = self._steps
+        if len(steps) == 1 and not (steps[0][2] and threads > 1):
+            self._run = partial(steps[0][0], block, 0, steps[0][1])
+            return
+
+        def run() -> None:
+            for func, n, parallel in steps:
+                if parallel and threads > 1:
+                    self._run_parallel(func, n, ptrs)
+                else:
+                    func(block, 0, n)
+        self._run = run
+
+    def _run_parallel(self, func, n: int, ptrs) -> None:
+        t = min(self.threads, n)
+        bounds = [n * i // t for i in range(t + 1)]
+        futures = [_pool().submit(func, ptrs[i].cdata, bounds[i], bounds[i + 1]) for i in range(1, t)]
+        func(ptrs[0].cdata, bounds[0], bounds[1])
+        for f in futures:
+            f.result()
+
+
+def _iterations(tree: LoopTree, node) -> int:
+    if not isinstance(node, Loop):
+        return 1
+    size = tree.dim_size(node.dim)
+    return -(-size // node.step)
