@@ -442,3 +442,17 @@ def test_convolutions_that_prefetch_their_next_weight_tile_compute_the_same(name
     out = empty_aligned(Y.shape, np.float32)
     kernel(*[r.data for r in program(Y).reads], out)
     np.testing.assert_allclose(out, reference(), rtol=1e-4, atol=1e-4)
+
+
+@needs_avx512
+def test_opmasks_set_before_a_loop_survive_the_tails_inside_it():
+    """A block's 3-lane mask is set up before its reduction loops; a 1-lane channel tail inside
+    them must take another opmask register, not overwrite the one the next trip reads."""
+    from loopstack.looptree.builders import depthwise_conv2d_tree
+
+    order = [("c", 5), ("oh", 1), ("s", 2), ("ow", 2), ("ow", 1), ("r", 1), ("c", 2), ("s", 1), ("c", 1)]
+    tree = depthwise_conv2d_tree(5, 2, 10, 2, 2, order=order)
+    X, W = rand(2, 10, 5, seed=1), rand(2, 2, 5, seed=2)
+    (Y,) = compile(tree, target="avx512", unroll_limit=0).run(X, W)
+    want = sum(X[r:r + 1, s:s + 9] * W[r, s] for r in range(2) for s in range(2))
+    np.testing.assert_allclose(Y, want, rtol=1e-5, atol=1e-5)

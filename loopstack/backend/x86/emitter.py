@@ -37,7 +37,10 @@ class X86Emitter(Emitter):
         self.avx512 = target.vector_bits == 512
         self.bits = target.vector_bits
         self._consts: dict[tuple, Mem] = {}
-        self._masks: dict[int, object] = {}     # lanes -> Vec (AVX2) or MaskReg (AVX-512)
+        self._masks: dict[int, object] = {}     # lanes -> AVX-512 opmask register set up for them
+        # per open runtime loop, the opmask registers set up before it that its body still reads:
+        # code inside the loop must not set them to other masks
+        self._held: list[dict[int, object]] = []
         self.free_gprs: list[Gpr] = []
         self.next_slot = 2        # stack slots of counters; 0: start, 1: end
 
@@ -101,7 +104,7 @@ class X86Emitter(Emitter):
         if self.avx512:
             k = self._masks.get(lanes)
             if k is None:
-                k = self._masks[lanes] = K[1 + len(self._masks) % 6]   # k7 is the blend mask
+                k = self._masks[lanes] = self._free_opmask()
                 self.asm.emit("mov", eax, (1 << lanes) - 1)
                 self.asm.emit("kmovw", k, eax)
             return k
@@ -115,9 +118,24 @@ class X86Emitter(Emitter):
             self.regs.uses[key] = 1 << 30
         return vreg(reg, 256)
 
+    def _free_opmask(self):
+        """k1-k6 (k7 is the blend mask): the lowest one no mask holds, else the oldest one no
+        enclosing loop still reads."""
+        taken = {id(k) for k in self._masks.values()}
+        for k in K[1:7]:
+            if id(k) not in taken:
+                return k
+        held = {id(k) for k in self._held[-1].values()} if self._held else set()
+        for lanes, k in self._masks.items():
+            if id(k) not in held:
+                del self._masks[lanes]
+                return k
+        raise UnsupportedError("more than six tail masks live across one loop")
+
     def drop_masks(self) -> None:
-        """Forget AVX-512 mask registers (their setup is emitted per straight-line region)."""
-        self._masks.clear()
+        """Forget AVX-512 mask registers (their setup is emitted per straight-line region),
+        except those set up before an enclosing runtime loop, which stay valid inside it."""
+        self._masks = dict(self._held[-1]) if self._held else {}
 
     def load_into(self, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None:
         a = self.asm
@@ -309,6 +327,7 @@ class X86Emitter(Emitter):
 
     def loop_begin(self, name: str, count: int):
         a = self.asm
+        self._held.append(dict(self._masks))
         c = self._counter()
         a.emit("mov", c, count)
         top = a.label(f"{name}_top")
@@ -322,6 +341,7 @@ class X86Emitter(Emitter):
         a.emit("dec", counter)
         a.emit("jne", top)
         self._release_counter(counter)
+        self._held.pop()
 
     def rewind(self, pointer, total: int) -> None:
         if -2**31 <= total < 2**31:
@@ -357,6 +377,7 @@ class X86Emitter(Emitter):
         a.emit("jle", done)
         top = a.label("par_top")
         a.bind(top)
+        self._held.append(dict(self._masks))
         return c, top, done
 
     def parallel_tail_begin(self, full: int):
