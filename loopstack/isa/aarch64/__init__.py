@@ -1,0 +1,1 @@
+"""AArch64 (A64) machine code: the instruction-form table, its encoder and the assembler."""
