@@ -1,17 +1,28 @@
 """Frontend speed: Python expression -> callable kernel, and the per-call overhead of a cached program.
 
-    python bench/frontend.py [--json FILE] [--target interp|x86]
+    python bench/frontend.py [--json FILE] [--target interp|x86] [--reps N]
 
+Programs: a 512^3 matmul, the paper's CONV-2, and the paper's four MLPs (3 x (linear + bias +
+relu), constant weights), each with its generated default schedule.
 compile_ms: median time from building the expression to a compiled kernel (unify, lower,
 backend compile), with the compile cache cleared each time.  lower_ms: the frontend's
 share (build + default schedule + lowering).  cached_overhead_us: median time of
 `T.numpy()` on a cached program with the kernel's own work replaced by nothing.
+first_call_ms (mm512 and MLP-8x256 only): building the program, scheduling it and its first
+`T.numpy()` in a fresh Python process (after `import loopstack`, the data made), minus the same
+once warm with the compile cache cleared: what a process pays once for imports, tables and
+first-time set-up beyond the steady-state compile.
+import_ms: `import loopstack` in that process. Bytecode caching follows the environment: with
+PYTHONDONTWRITEBYTECODE set and no __pycache__, every import also compiles its sources.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -44,6 +55,60 @@ def conv2():
     Y = lt.nn.conv(X, W, X.symbolic_shape[:2], (s.kh, s.kw))
     Y.set(default_schedule(Y))            # 6-pixel x 16-channel block, channels last
     return Y
+
+
+def mlp(batch, hidden):
+    """The paper's MLP (workloads.py): 3 x relu(linear(Y, W, bias)) with constant weights."""
+    def build():
+        s = lt.SymbolGenerator()
+        hs = [s.i, s.j, s.l, s.o]
+        Y = lt.Tensor(MLP_DATA[batch, hidden][0]).to(s.b, hs[0])
+        for i, (w, b) in enumerate(MLP_DATA[batch, hidden][1]):
+            W = lt.Tensor(w, constant=True).to(hs[i], hs[i + 1])
+            bias = lt.Tensor(b, constant=True).to(hs[i + 1])
+            Y = lt.nn.relu(lt.nn.linear(Y, W, bias))
+        Y.set(default_schedule(Y))
+        return Y
+    return build
+
+
+MLPS = ((8, 256), (64, 256), (8, 1024), (64, 1024))
+MLP_DATA = {(b, h): (_RNG.standard_normal((b, h)).astype(np.float32),
+                     [((_RNG.standard_normal((h, h)) / np.sqrt(h)).astype(np.float32),
+                       _RNG.standard_normal(h).astype(np.float32)) for _ in range(3)]) for b, h in MLPS}
+
+# The child of `first_call`: a fresh interpreter times building, scheduling and running one
+# program the first time, then the same warm (compile cache cleared, best of several).
+_FIRST_CALL = """
+import sys, time
+sys.path.insert(0, {bench!r})
+t0 = time.perf_counter()
+import loopstack
+t1 = time.perf_counter()
+import frontend as f
+t2 = time.perf_counter()
+f.PROGRAMS[{name!r}]().numpy({target!r})
+t3 = time.perf_counter()
+warm = []
+for _ in range(5):
+    f._run._CACHE.clear()
+    a = time.perf_counter()
+    f.PROGRAMS[{name!r}]().numpy({target!r})
+    warm.append(time.perf_counter() - a)
+print((t1 - t0) * 1e3, (t3 - t2) * 1e3, min(warm) * 1e3)
+"""
+
+
+def first_call(name, target, runs=3):
+    """(import_ms, first_call_ms): medians over `runs` fresh processes (see the module docstring)."""
+    code = _FIRST_CALL.format(bench=os.path.dirname(os.path.abspath(__file__)), name=name, target=target)
+    imports, extra = [], []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        imp, first, warm = map(float, out.split()[-3:])
+        imports.append(imp)
+        extra.append(first - warm)
+    return statistics.median(imports), statistics.median(extra)
 
 
 def bench(name, build, target, reps):
@@ -79,6 +144,10 @@ def bench(name, build, target, reps):
             "cached_overhead_us": statistics.median(over)}
 
 
+PROGRAMS = {"mm512": mm512, "conv2": conv2, **{f"MLP-{b}x{h}": mlp(b, h) for b, h in MLPS}}
+FIRST_CALL = ("mm512", "MLP-8x256")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -86,11 +155,17 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     a = ap.parse_args()
     target = a.target or lt.default_target()
-    recs = [bench("mm512", mm512, target, a.reps), bench("conv2", conv2, target, max(3, a.reps // 2))]
+    recs = [bench(name, build, target, max(3, a.reps // 2) if name == "conv2" else a.reps)
+            for name, build in PROGRAMS.items()]
+    for r in recs:
+        if r["name"] in FIRST_CALL:
+            r["import_ms"], r["first_call_ms"] = first_call(r["name"], target)
     print(f"target: {target}")
     for r in recs:
-        print(f"{r['name']:8s} compile {r['compile_ms']:8.2f} ms   lower {r['lower_ms']:7.2f} ms   "
-              f"cached overhead {r['cached_overhead_us']:8.1f} us")
+        first = (f"   first call +{r['first_call_ms']:6.1f} ms (import {r['import_ms']:5.1f} ms)"
+                 if "first_call_ms" in r else "")
+        print(f"{r['name']:11s} compile {r['compile_ms']:8.2f} ms   lower {r['lower_ms']:7.2f} ms   "
+              f"cached overhead {r['cached_overhead_us']:8.1f} us{first}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(recs, f, indent=1)

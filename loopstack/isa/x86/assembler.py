@@ -21,13 +21,14 @@ pool) get their disp32 patched after layout.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import struct
 
 from ...errors import EncodingError
 from .encode import compile_form, finish_mem
-from .forms import FORMS_BY_MNEMONIC, LOOKUP, MNEMONICS
+from .forms import ALIASES, MNEMONICS, forms_of, signatures_of
 from .operands import (GPR8, GPR32, GPR64, K, NOT_TEMPLATED, RIP, XMM, YMM, ZMM, Gpr, Label,
                        MaskReg, Mem, Vec)
 
@@ -44,9 +45,22 @@ def _table_entry(key: tuple, f) -> tuple:
     return (mem if rm >= 0 and key[1 + rm][0] in "mb" else reg), f, heads, rm
 
 
-# (mnemonic, kinds...) -> (encoder, form, heads, r/m index): one dict lookup per instruction
-_TABLE = {key: _table_entry(key, f) for key, f in LOOKUP.items()}
-_table_get = _TABLE.get
+# (mnemonic, kinds...) -> (encoder, form, heads, r/m index): one dict lookup per instruction.
+# A mnemonic's entries are added the first time it is encoded (forms.py builds its signatures
+# then too), so a process pays only for the instructions it uses.
+_TABLE: dict[tuple, tuple] = {}
+_TABLE_MNEMONICS: set[str] = set()      # mnemonics whose entries are in _TABLE
+
+
+def _table_get(key: tuple):
+    entry = _TABLE.get(key)
+    if entry is None and key[0] not in _TABLE_MNEMONICS:
+        mnemonic = key[0]
+        for kinds, f in signatures_of(mnemonic).items():
+            _TABLE[(mnemonic,) + kinds] = _table_entry((mnemonic,) + kinds, f)
+        _TABLE_MNEMONICS.add(mnemonic)
+        entry = _TABLE.get(key)
+    return entry
 
 # Kept instructions. A code generator emits the same instructions over and over (the same
 # accumulators, the same base and index registers, often the same displacements), and an
@@ -82,13 +96,13 @@ def _remember(table: dict, key: tuple, value) -> None:
     table[key] = value
 
 
-# branch mnemonic -> (rel8 form or None, rel32 form)
-_BRANCHES: dict[str, tuple] = {}
-for _key, _f in LOOKUP.items():
-    if _f.openc == "D":
-        _rows = [g for g in FORMS_BY_MNEMONIC[_f.mnemonic] if g.openc == "D"]
-        _BRANCHES[_key[0]] = (next((g for g in _rows if g.rel == 1), None),
-                              next(g for g in _rows if g.rel == 4))
+@functools.lru_cache(maxsize=None)
+def _branch_forms(mnemonic: str) -> tuple | None:
+    """(rel8 form or None, rel32 form) of a branch mnemonic (or an alias of one); None otherwise."""
+    rows = [g for g in forms_of(ALIASES.get(mnemonic, mnemonic)) if g.openc == "D"]
+    if not rows:
+        return None
+    return next((g for g in rows if g.rel == 1), None), next(g for g in rows if g.rel == 4)
 
 _GPR_KIND = {64: "r64", 32: "r32", 16: "r16", 8: "r8"}
 _VEC_KIND = {128: "x", 256: "y", 512: "z"}
@@ -161,8 +175,7 @@ def _no_form(mnemonic: str, ops: tuple) -> EncodingError:
     kinds = ", ".join(_KIND_TEXT.get(k, k) for k in map(_kind, ops))
     if mnemonic not in MNEMONICS:
         return EncodingError(f"unknown mnemonic {mnemonic!r} (operands: {kinds or 'none'})")
-    name = next(k[0] for k in LOOKUP if k[0] == mnemonic)
-    forms = " | ".join(f.operands or "(none)" for f in FORMS_BY_MNEMONIC.get(name, ()))
+    forms = " | ".join(f.operands or "(none)" for f in forms_of(mnemonic))
     return EncodingError(f"no form of {mnemonic!r} takes ({kinds}); its forms: {forms}")
 
 
@@ -336,7 +349,7 @@ class Assembler:
         for _, mn, lab in branches:
             if lab not in labels:
                 raise EncodingError(f"{mn} to label {lab.name!r}, which is never bound")
-        forms = [_BRANCHES[mn] for _, mn, _ in branches]
+        forms = [_branch_forms(mn) for _, mn, _ in branches]
         sizes = [len(s.opcode) + 1 if s is not None else len(lng.opcode) + 4 for s, lng in forms]
         history = []
         for _ in range(_MAX_RELAX_PASSES):
@@ -379,7 +392,7 @@ class Assembler:
         for i, (pos, mn, lab) in enumerate(self._branches):
             out += buf[prev:pos]
             prev = pos
-            short, lng = _BRANCHES[mn]
+            short, lng = _branch_forms(mn)
             f = short if short is not None and sizes[i] == len(short.opcode) + 1 else lng
             lpos, lnb = labels[lab]
             rel = lpos + shift[lnb] - (len(out) + sizes[i])
@@ -420,7 +433,7 @@ class Assembler:
         starts = []
         nb = 0
         for pos, (mn, ops) in zip(self._positions(), insns):
-            is_branch = mn in _BRANCHES and ops and type(ops[0]) is Label
+            is_branch = bool(ops) and type(ops[0]) is Label and _branch_forms(mn) is not None
             starts.append(pos + shift[nb])
             nb += is_branch
         code_end = len(self._buf) + shift[-1]

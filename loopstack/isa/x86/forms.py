@@ -28,6 +28,7 @@ always means the EVEX (AVX512_VNNI) encoding, because a CPU with AVX512_VNNI but
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass
@@ -652,23 +653,58 @@ def parse_form(row: tuple[str, ...]) -> Form:
                 mmmmm == 1 and W == 0, t0, t1, t2)
 
 
-FORMS: tuple[Form, ...] = tuple(parse_form(r) for r in _ROWS)
+# ---------------------------------------------------------------------------------------------
+# Lookups, built per mnemonic on first use
+# ---------------------------------------------------------------------------------------------
+# Parsing every row and expanding every signature takes tens of milliseconds, which every
+# process would pay at import although a kernel uses a few dozen mnemonics. So import only
+# groups the rows by mnemonic; a mnemonic's Forms and signatures are built the first time it is
+# asked for, from the same rows. FORMS, LOOKUP and FORMS_BY_MNEMONIC, the whole table at once,
+# are built on first access (tests and tools).
 
-# (mnemonic, kind, kind, ...) -> Form: every operand-kind signature each row accepts.
-LOOKUP: dict[tuple, Form] = {}
-for _f in FORMS:
-    _name = _f.mnemonic
-    for _kinds in itertools.product(*_f.slots):
-        _key = (_name,) + _kinds
-        _old = LOOKUP.get(_key)
-        # first row wins, except that VEX beats EVEX for operands both can encode
-        if _old is None or (_old.prefix == "evex" and _f.prefix == "vex"):
-            LOOKUP[_key] = _f
-for _alias, _target in ALIASES.items():
-    for _key in [k for k in LOOKUP if k[0] == _target]:
-        LOOKUP[(_alias,) + _key[1:]] = LOOKUP[_key]
+_ROWS_BY_MNEMONIC: dict[str, list[tuple[str, ...]]] = {}
+for _row in _ROWS:
+    _ROWS_BY_MNEMONIC.setdefault(_row[0], []).append(_row)
 
-MNEMONICS: frozenset[str] = frozenset(k[0] for k in LOOKUP)
-FORMS_BY_MNEMONIC: dict[str, list[Form]] = {}
-for _f in FORMS:
-    FORMS_BY_MNEMONIC.setdefault(_f.mnemonic, []).append(_f)
+MNEMONICS: frozenset[str] = frozenset(_ROWS_BY_MNEMONIC) | frozenset(
+    a for a, t in ALIASES.items() if t in _ROWS_BY_MNEMONIC)
+
+
+@functools.lru_cache(maxsize=None)
+def forms_of(mnemonic: str) -> tuple[Form, ...]:
+    """The parsed rows of `mnemonic` (not an alias), in table order; () if it has none."""
+    return tuple(parse_form(r) for r in _ROWS_BY_MNEMONIC.get(mnemonic, ()))
+
+
+@functools.lru_cache(maxsize=None)
+def signatures_of(mnemonic: str) -> dict[tuple, Form]:
+    """(kind, kind, ...) -> Form for `mnemonic` or an alias of it: every operand-kind signature
+    its rows accept, the first row winning, except that VEX beats EVEX for operands both can
+    encode. Empty for an unknown mnemonic. Do not modify the dict: it is shared."""
+    out: dict[tuple, Form] = {}
+    for f in forms_of(ALIASES.get(mnemonic, mnemonic)):
+        for kinds in itertools.product(*f.slots):
+            old = out.get(kinds)
+            if old is None or (old.prefix == "evex" and f.prefix == "vex"):
+                out[kinds] = f
+    return out
+
+
+def _whole_table() -> dict:
+    taken = dict.fromkeys(_ROWS_BY_MNEMONIC, 0)
+    forms = []
+    for row in _ROWS:                     # table order: each row's Form, as forms_of parsed it
+        forms.append(forms_of(row[0])[taken[row[0]]])
+        taken[row[0]] += 1
+    lookup = {(m,) + kinds: f for m in sorted(MNEMONICS) for kinds, f in signatures_of(m).items()}
+    by_mnemonic = {m: list(forms_of(m)) for m in _ROWS_BY_MNEMONIC}
+    return {"FORMS": tuple(forms), "LOOKUP": lookup, "FORMS_BY_MNEMONIC": by_mnemonic}
+
+
+def __getattr__(name: str):
+    # FORMS: every Form in table order; LOOKUP: (mnemonic, kind, ...) -> Form;
+    # FORMS_BY_MNEMONIC: mnemonic -> [Form]. Built once, on first access.
+    if name in ("FORMS", "LOOKUP", "FORMS_BY_MNEMONIC"):
+        globals().update(_whole_table())
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
