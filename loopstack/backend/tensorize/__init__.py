@@ -10,6 +10,7 @@ says why not.
 from .describe import dot_desc, mma_desc
 from .inspect import Match, Mismatch, inspect
 from .registry import REGISTRY, TensorInstr, instruction, instructions_for
+from .rewrite import Rewrite, tensorize
 
 __all__ = ["REGISTRY", "Match", "Mismatch", "TensorInstr", "dot_desc", "inspect", "instruction",
-           "instructions_for", "mma_desc"]
+           "instructions_for", "mma_desc", "Rewrite", "tensorize"]
