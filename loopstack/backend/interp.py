@@ -97,6 +97,10 @@ class _Stmt:
         self.comp = comp
         out = tree.buffer(comp.out.buffer)
         self.store = DTYPES[out.dtype].np
+        # a requantized statement accumulates in an int32 shadow of its output (see _target)
+        self.final = self.store
+        if comp.requant is not None:
+            self.store = np.dtype(np.int32)
         self.ctype = np.dtype(DTYPES[out.dtype].compute)
         self.is_int = not DTYPES[out.dtype].is_float
         self.red_dims = stats.reduction_dims(stack, comp)
@@ -255,6 +259,7 @@ class InterpKernel(KernelBase):
         for b in self.tree.temps:
             bufs[b.name] = np.zeros(b.size, DTYPES[b.dtype].np)
         self._bufs = bufs
+        self._shadows = {}
         try:
             with np.errstate(all="ignore"):
                 self._run(self._program, _Points(1, {}, {}, {}))
@@ -342,15 +347,41 @@ class InterpKernel(KernelBase):
             m = m & (pts.val[d] == (stmt.red_last[d] if last else 0))
         return np.broadcast_to(np.asarray(m), (pts.n,))
 
+    def _target(self, stmt: _Stmt):
+        """Where the statement accumulates: its output, or for a requantized statement an int32
+        shadow of it (zeros, kept for the whole run), so that no partial sum is narrowed."""
+        name = stmt.comp.out.buffer
+        if stmt.comp.requant is None:
+            return self._bufs[name]
+        sh = self._shadows.get(name)
+        if sh is None:
+            sh = self._shadows[name] = np.zeros(self._bufs[name].shape, np.int32)
+        return sh
+
+    def _requant(self, stmt: _Stmt, pts: _Points, acc):
+        """saturate(round_half_even(float32(acc) * scale) + zero_point), as onnxruntime computes it."""
+        rq = stmt.comp.requant
+        if isinstance(rq.scale, Load):      # _eval would convert to the int32 compute type
+            flat, _ = self._flat_index(rq.scale.access, pts)
+            scale = self._bufs[rq.scale.access.buffer][flat].astype(np.float32)
+        else:
+            scale = np.float32(rq.scale.value)
+        y = np.rint(np.asarray(acc, np.int32).astype(np.float32) * scale)
+        info = np.iinfo(stmt.final)
+        return np.clip(y + np.float32(rq.zero_point), info.min, info.max).astype(stmt.final)
+
     def _evaluate(self, stmt: _Stmt, pts: _Points) -> None:
         comp, n = stmt.comp, pts.n
-        out = self._bufs[comp.out.buffer]
+        out = self._target(stmt)
         oi = np.broadcast_to(np.asarray(self._flat_index(comp.out, pts)[0], np.int64), (n,))
         vals = np.broadcast_to(self._eval(comp.expr, stmt, pts), (n,))
         if comp.reduce is None:
             if comp.post is not None:   # out = post(acc) with acc the stored value of expr
                 acc = vals.astype(stmt.store).astype(stmt.ctype)
                 vals = np.broadcast_to(self._eval(comp.post, stmt, pts, acc), (n,))
+            if comp.requant is not None:
+                out = self._bufs[comp.out.buffer]
+                vals = np.broadcast_to(self._requant(stmt, pts, vals), (n,))
             if stmt.dedupe and n > 1:
                 _, first = np.unique(oi[::-1], return_index=True)
                 keep = n - 1 - first
@@ -367,10 +398,15 @@ class InterpKernel(KernelBase):
                     sub = pts.take(m)
                     out[oi[m]] = np.broadcast_to(self._eval(comp.init, stmt, sub), (sub.n,))
         _REDUCE_UFUNC[comp.reduce].at(out, oi, vals)
-        if comp.post is not None:
+        if comp.post is not None or comp.requant is not None:
             m = self._mask_at(stmt, pts, last=True)
             if m.any():
                 sub = pts.take(m)
                 sel = oi[m]
                 acc = out[sel].astype(stmt.ctype)
-                out[sel] = np.broadcast_to(self._eval(comp.post, stmt, sub, acc), (sub.n,))
+                if comp.post is not None:
+                    acc = np.broadcast_to(self._eval(comp.post, stmt, sub, acc), (sub.n,))
+                if comp.requant is not None:
+                    self._bufs[comp.out.buffer][sel] = self._requant(stmt, sub, acc)
+                else:
+                    out[sel] = acc

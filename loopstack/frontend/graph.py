@@ -187,6 +187,10 @@ def _common_dtype(dts, what):
     if not dts:
         return "float32"
     if len(set(dts)) > 1:
+        if not any(DTYPES[d].is_float for d in dts):
+            # integers of different widths or signs (uint8 activations x int8 weights) meet in
+            # int32, the type integer arithmetic computes in: exact for every 8-bit product
+            return "int32"
         raise DTypeError(f"{what}: operands have different dtypes ({', '.join(sorted(set(dts)))}); "
                          "convert the data first")
     return dts[0]

@@ -219,6 +219,25 @@ def expr_loads(e: Expr) -> Iterator[Access]:
 
 
 @dataclass(frozen=True)
+class Requant:
+    """The int32 -> int8/uint8 epilogue of a quantized contraction, as ONNX QLinearConv /
+    QLinearMatMul define it and onnxruntime computes it:
+
+        out = saturate(round_half_even(float32(acc) * scale) + zero_point)
+
+    `acc` is the int32 value after `post`; `scale` (a Const, or a Load of a float32 buffer over
+    output dimensions for per-channel scales) is multiplied in float32, once; the saturation is
+    to the output buffer's dtype. The statement accumulates in int32 whatever its output's
+    dtype, so no partial sum is ever narrowed."""
+
+    scale: "Expr"
+    zero_point: int = 0
+
+    def __str__(self) -> str:
+        return f"requant(* {self.scale} + {self.zero_point})"
+
+
+@dataclass(frozen=True)
 class Compute:
     name: str
     out: Access
@@ -226,6 +245,7 @@ class Compute:
     reduce: str | None = None              # None (plain assignment) or one of REDUCE_OPS
     init: Expr | str | None = None         # None, "identity", or an Expr over output dims (bias)
     post: Expr | None = None               # an Expr using Acc(), over output dims
+    requant: Requant | None = None         # int32 -> int8/uint8 after post (quantized outputs)
 
     def reads(self) -> Iterator[Access]:
         yield from expr_loads(self.expr)
@@ -233,6 +253,8 @@ class Compute:
             yield from expr_loads(self.init)
         if self.post is not None:
             yield from expr_loads(self.post)
+        if self.requant is not None:
+            yield from expr_loads(self.requant.scale)
 
     @property
     def is_copy(self) -> bool:
@@ -253,7 +275,8 @@ def map_accesses(stmt: Compute, f) -> Compute:
 
     init = stmt.init if isinstance(stmt.init, (str, type(None))) else expr(stmt.init)
     post = None if stmt.post is None else expr(stmt.post)
-    return replace(stmt, out=f(stmt.out), expr=expr(stmt.expr), init=init, post=post)
+    requant = None if stmt.requant is None else replace(stmt.requant, scale=expr(stmt.requant.scale))
+    return replace(stmt, out=f(stmt.out), expr=expr(stmt.expr), init=init, post=post, requant=requant)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ def format_compute(c: Compute) -> str:
         s += f"  init {c.init}"
     if c.post is not None:
         s += f"  post {c.post}"
+    if c.requant is not None:
+        s += f"  {c.requant}"
     if c.name != c.out.buffer:
         s += f"  : {c.name}"
     return s

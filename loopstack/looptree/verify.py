@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from ..dtypes import DTYPES
 from ..errors import BoundsError, DTypeError, ScheduleError, ShapeError, SymbolError, UnsupportedError
 from .ir import (
@@ -160,6 +162,8 @@ def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: d
             _check_expr(comp.init, f"{st} (init)", allow_acc=False, is_int=is_int)
     if comp.post is not None:
         _check_expr(comp.post, f"{st} (post)", allow_acc=True, is_int=is_int)
+    if comp.requant is not None:
+        _check_requant(comp, st, out, bufs)
 
     # every name an index uses must be a dimension iterated down to step 1, or an enclosing loop
     chains: dict[str, list[Loop]] = {}
@@ -190,7 +194,8 @@ def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: d
     out_dims = dims_of(comp.out, "writes")
     for acc in _loads(comp.expr):
         dims_of(acc, "reads")
-    for part, e in (("init", comp.init), ("post", comp.post)):
+    for part, e in (("init", comp.init), ("post", comp.post),
+                    ("requant scale", comp.requant.scale if comp.requant is not None else None)):
         if e is None or isinstance(e, str):
             continue
         for acc in _loads(e):
@@ -205,6 +210,29 @@ def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: d
         if acc.buffer not in bufs:
             raise SymbolError(f"{st} reads unknown buffer {acc.buffer}")
         _check_access(tree, stack, st, "reads", acc, bufs)
+
+
+def _check_requant(comp: Compute, st: str, out, bufs: dict) -> None:
+    rq = comp.requant
+    if out.dtype not in ("int8", "uint8"):
+        raise DTypeError(f"{st}: requant writes int8 or uint8; its output {out.name} is {out.dtype}")
+    if comp.reduce not in (None, "add"):
+        raise ScheduleError(f"{st}: requant follows a sum (+=) or an assignment, not a {comp.reduce} reduction")
+    if comp.reduce is not None and comp.init is None:
+        raise ScheduleError(f"{st}: a requantized sum needs an init (identity or a bias): its int32 partial "
+                            "sums cannot continue from the int8 values in the output")
+    if not isinstance(rq.zero_point, int) or isinstance(rq.zero_point, bool):
+        raise DTypeError(f"{st}: requant zero point {rq.zero_point!r} is not an integer")
+    info = DTYPES[out.dtype].np
+    lo, hi = np.iinfo(info).min, np.iinfo(info).max
+    if not lo <= rq.zero_point <= hi:
+        raise ShapeError(f"{st}: requant zero point {rq.zero_point} is outside {out.dtype} [{lo}, {hi}]")
+    if isinstance(rq.scale, Load):
+        sb = bufs.get(rq.scale.access.buffer)
+        if sb is not None and sb.dtype != "float32":
+            raise DTypeError(f"{st}: requant scale {rq.scale} must be float32, not {sb.dtype}")
+    elif not isinstance(rq.scale, Const):
+        raise UnsupportedError(f"{st}: requant scale must be a constant or a float32 buffer read, not {rq.scale}")
 
 
 def _check_access(tree, stack, st: str, verb: str, acc: Access, bufs: dict) -> None:

@@ -1,0 +1,127 @@
+"""The one registry of tensorized instructions, used by every backend.
+
+Each entry is a `TensorInstr`: a description (a loop tree from `describe.py`), the CPU features
+or GPU architecture it needs, and how the description's buffers map onto the instruction's
+operands. The code generators pick an instruction by asking the inspector which entry matches a
+statement — never by a hand-written special case — and each entry is checked in the tests
+against the real instruction (native x86, unicorn for AArch64, the PTX reference interpreter).
+
+Dtype conventions (exact integer arithmetic, never saturating):
+  - x86 `vpdpbusd` multiplies unsigned bytes (src1) by signed bytes (src2); int8 activations
+    use the standard compensation (add 128, subtract 128 x the weights' sum per output).
+  - The AVX2 path widens bytes to 16 bits (zero- or sign-extended per operand) and uses
+    `vpmaddwd`, whose int32 pair sums cannot overflow on 8-bit inputs; `vpmaddubsw` is never
+    used, since its int16 pair sums saturate (255 x 127 x 2 > 32767).
+  - AArch64 `sdot` / `udot` multiply signed x signed / unsigned x unsigned bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...errors import UnsupportedError
+from ...looptree.ir import LoopTree
+from .describe import dot_desc, mma_desc
+
+
+@dataclass(frozen=True)
+class TensorInstr:
+    name: str                       # unique: "vpdpbusd.zmm", "sdot.4s.elem", "mma.m16n8k32.s8"
+    isa: str                        # "x86_64", "aarch64", "ptx"
+    features: frozenset[str]        # CPU features (cpu.cpu_features names) or {"sm_80"}
+    desc: LoopTree
+    mnemonic: str                   # the assembler's spelling of the core instruction
+    vector_bits: int                # register width the accumulator occupies (0: warp-wide)
+    operands: tuple[tuple[str, str], ...]   # (description buffer, instruction operand role)
+    notes: str = ""
+    lanes: int = field(init=False)
+    k: int = field(init=False)
+
+    def __post_init__(self):
+        stmts = [s for _, s in self.desc.computes()]
+        if len(stmts) != 1 or stmts[0].reduce != "add":
+            raise UnsupportedError(f"{self.name}: a description is one `+=` statement")
+        dims = dict(self.desc.dims)
+        object.__setattr__(self, "lanes", dims.get("i", dims.get("m", 0) * dims.get("n", 0)))
+        object.__setattr__(self, "k", dims.get("j", dims.get("k", 0)))
+        names = {b.name for b in self.desc.buffers}
+        for buf, _role in self.operands:
+            if buf not in names:
+                raise UnsupportedError(f"{self.name}: operand map names unknown buffer {buf!r}")
+
+    @property
+    def stmt(self):
+        return next(s for _, s in self.desc.computes())
+
+    def dtypes(self) -> tuple[str, str, str]:
+        """(a, b, accumulator) dtypes."""
+        return tuple(self.desc.buffer(n).dtype for n in ("a", "b", "acc"))  # type: ignore[return-value]
+
+    @property
+    def broadcast(self) -> str | None:
+        """The operand ("a" or "b") that is the same k values in every lane, if any."""
+        return next((n for n in ("a", "b") if len(self.desc.buffer(n).shape) == 1), None)
+
+    def runs_on(self, features) -> bool:
+        return self.features <= frozenset(features)
+
+
+_DOT_OPERANDS = (("acc", "dst"), ("a", "src1"), ("b", "src2"))
+
+
+def _x86_dot(name, mnemonic, bits, features, a_dtype="uint8", b_dtype="int8", notes=""):
+    lanes = bits // 32
+    # a broadcast operand is a 4-byte group repeated in every lane: vpbroadcastd into a
+    # register (either source), or src2's embedded {1toN} memory broadcast
+    return [
+        TensorInstr(name + suffix, "x86_64", frozenset(features), dot_desc(lanes, 4, a_dtype, b_dtype, broadcast=bc),
+                    mnemonic, bits, _DOT_OPERANDS, notes + (f" {bc} broadcast" if bc else ""))
+        for suffix, bc in (("", None), (".bcst_a", "a"), (".bcst_b", "b"))
+    ]
+
+
+def _a64_dot(signed: bool):
+    t = "int8" if signed else "uint8"
+    mn = "sdot" if signed else "udot"
+    return [
+        TensorInstr(f"{mn}.4s", "aarch64", frozenset({"asimddp"}), dot_desc(4, 4, t, t), mn, 128, _DOT_OPERANDS),
+        TensorInstr(f"{mn}.4s.elem", "aarch64", frozenset({"asimddp"}), dot_desc(4, 4, t, t, broadcast="b"),
+                    mn, 128, _DOT_OPERANDS, "by element: src2 is one 4-byte group v.4b[i]"),
+    ]
+
+
+_MMA_OPERANDS = (("acc", "c"), ("a", "a"), ("b", "b"))
+
+REGISTRY: tuple[TensorInstr, ...] = tuple(
+    _x86_dot("vpdpbusd.zmm", "vpdpbusd", 512, {"avx512_vnni"})
+    + _x86_dot("vpdpbusd.ymm", "vpdpbusd", 256, {"avx512_vnni", "avx512vl"})
+    + _x86_dot("vpdpbusd.xmm", "vpdpbusd", 128, {"avx512_vnni", "avx512vl"})
+    + _x86_dot("vex.vpdpbusd.ymm", "{vex} vpdpbusd", 256, {"avx_vnni"})
+    + _x86_dot("avx2.dot.u8s8", "vpmaddwd", 256, {"avx2"},
+               notes="bytes widened to 16 bits (u8 zero-, s8 sign-extended in place), two vpmaddwd, exact;")
+    + _x86_dot("avx2.dot.s8s8", "vpmaddwd", 256, {"avx2"}, a_dtype="int8",
+               notes="both operands sign-extended, exact;")
+    + _a64_dot(True) + _a64_dot(False)
+    + [
+        TensorInstr("mma.m16n8k16.f16", "ptx", frozenset({"sm_80"}), mma_desc(16, 8, 16, "float16", "float16",
+                    "float32"), "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 0, _MMA_OPERANDS),
+        TensorInstr("mma.m16n8k32.s8", "ptx", frozenset({"sm_80"}), mma_desc(16, 8, 32, "int8", "int8", "int32"),
+                    "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", 0, _MMA_OPERANDS),
+    ]
+)
+
+_BY_NAME = {t.name: t for t in REGISTRY}
+if len(_BY_NAME) != len(REGISTRY):
+    raise UnsupportedError("tensorized-instruction registry: duplicate names")
+
+
+def instruction(name: str) -> TensorInstr:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise UnsupportedError(f"no tensorized instruction {name!r} (known: {', '.join(_BY_NAME)})") from None
+
+
+def instructions_for(isa: str, features) -> list[TensorInstr]:
+    """The entries an ISA with these features runs, widest first (the order the rewriter tries)."""
+    got = [t for t in REGISTRY if t.isa == isa and t.runs_on(features)]
+    return sorted(got, key=lambda t: -t.vector_bits)

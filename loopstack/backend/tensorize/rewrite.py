@@ -1,0 +1,284 @@
+"""The rewriter (UNIT §III-C): reshape a contraction so a tensorized instruction computes its core.
+
+`tensorize(tree, instr)` takes a loop tree holding one contraction `out[...] += a[...] * b[...]`
+and returns an equivalent tree whose statement's two innermost loops are exactly the
+instruction's lanes and reduction (the inspector matches it), by ordinary means only:
+  - the lane dimension (an output dimension that only the vector operand reads) is split by the
+    instruction's lanes, and the reduction dimension (one both operands read) by its k;
+  - the vector operand (a matmul's or convolution's weights) is packed by a copy nest into
+    [lane/L][its other dims][r/k][L][k] — `KCRS[y]k[x]c` for convolution weights —, zero-
+    padded along the reduction when k does not divide it;
+  - the broadcast operand (the activations) is copied with the reduction dimension innermost
+    (`NCHW[x]c`) when its k values are not already contiguous, or when it must be padded;
+  - int8 activations on an instruction that multiplies uint8 (x86 `vpdpbusd`) are shifted by
+    128 in that copy, and 128 x the weights' sum over the reduction is subtracted in the
+    statement's init — exact, not approximate.
+A constant weight tensor's packing and sum read only that constant, so the backends build them
+once per weight array, as for any staged copy of a constant.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ...errors import ScheduleError, UnsupportedError
+from ...looptree.builders import nest
+from ...looptree.ir import Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree
+from .inspect import Match, _bind, inspect
+from .registry import TensorInstr
+
+SHIFT = 128   # int8 -> uint8: a + 128; sum(a * b) = sum((a + 128) * b) - 128 * sum(b)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    tree: LoopTree
+    match: Match
+    steps: tuple[str, ...]      # what was done, in words (shown by `loopstack show` and the TUI)
+
+
+def _single_dim(ix: Affine) -> str | None:
+    return ix.terms[0][0] if len(ix.terms) == 1 and ix.terms[0][1] == 1 and ix.const == 0 else None
+
+
+def _position(acc: Access, dim: str, what: str) -> int:
+    """The one buffer position `acc` indexes by exactly `dim`."""
+    hits = [p for p, ix in enumerate(acc.index) if dim in ix.names()]
+    if len(hits) != 1 or _single_dim(acc.index[hits[0]]) != dim:
+        raise UnsupportedError(f"%{acc.buffer} ({what}) must index {dim} alone in one position to be "
+                               f"repacked; its index is [{', '.join(map(str, acc.index))}]")
+    return hits[0]
+
+
+def _alone(acc: Access, dim: str) -> bool:
+    return [_single_dim(ix) for ix in acc.index if dim in ix.names()] == [dim]
+
+
+def _scaled(ix: Affine, coeff: int) -> list[tuple[str, int]]:
+    return [(n, c * coeff) for n, c in ix.terms]
+
+
+def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]] | None = None) -> Rewrite:
+    """`tree` (one contraction) rewritten so `instr` computes its innermost loops."""
+    stmts = list(tree.computes())
+    if len(stmts) != 1:
+        raise UnsupportedError(f"tensorize takes a tree of one contraction; this one has {len(stmts)} statements")
+    _, stmt = stmts[0]
+    if instr.broadcast is None:
+        raise UnsupportedError(f"{instr.name}: the rewriter maps contractions onto broadcast forms")
+    if stmt.reduce != "add":
+        raise UnsupportedError(f"statement {stmt.name} is not a sum of products")
+    want = {b.name: b.dtype for b in instr.desc.buffers}
+    dtype_of = {b.name: b.dtype for b in tree.buffers}
+    if dtype_of[stmt.out.buffer] != want["acc"]:
+        raise UnsupportedError(f"{instr.name} accumulates {want['acc']}; %{stmt.out.buffer} is {dtype_of[stmt.out.buffer]}")
+
+    candidates = []      # (binding, compensate): exact dtypes first, then the compensated form
+    for b in _bind(instr.stmt.expr, stmt.expr, {}):
+        got = {n: dtype_of[a.buffer] for n, a in b.items()}
+        if got == {"a": want["a"], "b": want["b"]}:
+            candidates.insert(0, (b, False))
+        elif got["b"] == want["b"] and got["a"] == "int8" and want["a"] == "uint8" and instr.broadcast == "a":
+            candidates.append((b, True))
+    if not candidates:
+        raise UnsupportedError(f"statement {stmt.name} computes {stmt.expr} over "
+                               f"{' x '.join(sorted(set(dtype_of[a.buffer] for a in stmt.reads())))}; "
+                               f"{instr.name} multiplies {want['a']} x {want['b']}")
+    # a commutative product binds both ways: the first binding that tensorizes wins
+    errors = []
+    for binding, compensate in candidates:
+        try:
+            return _rewrite(tree, stmt, instr, binding, compensate, outer)
+        except (UnsupportedError, ScheduleError) as e:
+            errors.append(e)
+    raise errors[0]
+
+
+def _rewrite(tree, stmt, instr, binding, compensate, outer) -> Rewrite:
+    if compensate and stmt.init is None:
+        raise UnsupportedError(f"statement {stmt.name} accumulates into %{stmt.out.buffer}'s values; the int8 "
+                               "compensation needs an init (identity or a bias)")
+    bname = instr.broadcast
+    vname = "b" if bname == "a" else "a"
+    bc, vec = binding[bname], binding[vname]
+    sizes = dict(tree.dims)
+    out_dims = stmt.out.names()
+    red_dims = [d for d, _ in tree.dims if d not in out_dims and (d in bc.names() or d in vec.names())]
+    lane_cands = [d for d in out_dims if d in vec.names() and d not in bc.names() and d in sizes]
+    if not lane_cands:
+        raise UnsupportedError(f"no output dimension of {stmt.name} is read by %{vec.buffer} alone: nothing "
+                               f"to spread over {instr.name}'s lanes")
+    # the output's innermost dimension first: its lanes are stored contiguously
+    out_inner = [n for ix in reversed(stmt.out.index) for n in ix.names()]
+    lane = min(lane_cands, key=lambda d: out_inner.index(d) if d in out_inner else len(out_inner))
+    # a reduction dimension both operands read, each indexing it alone in one position (a
+    # convolution's channels, not its window taps, whose input index is oh + r)
+    r_cands = [d for d in red_dims if d in bc.names() and d in vec.names() and _alone(bc, d) and _alone(vec, d)]
+    if not r_cands:
+        raise UnsupportedError(f"no reduction dimension of {stmt.name} is read by both operands, each indexing "
+                               "it alone in one position")
+    bc_strides = {d: abs(_stride(tree, bc, d)) for d in r_cands}
+    r = min(r_cands, key=lambda d: bc_strides[d])
+    L, K = instr.lanes, instr.k
+    if sizes[lane] % L:
+        raise UnsupportedError(f"{lane} = {sizes[lane]} is not a multiple of {instr.name}'s {L} lanes")
+    Kp = -(-sizes[r] // K) * K
+    steps = [f"split {lane} by {L}", f"split {r} by {K}"]
+    pad = Kp != sizes[r]
+    if pad:
+        steps.append(f"pad {r} from {sizes[r]} to {Kp} with zeros")
+    dims = {**sizes, r: Kp}
+    buffers = list(tree.buffers)
+    names = {b.name for b in buffers} | set(dims)
+
+    def fresh(base):
+        n, i = base, 0
+        while n in names:
+            i += 1
+            n = f"{base}{i}"
+        names.add(n)
+        return n
+
+    def loops_of(order, body, tag):
+        vs = [fresh(f"{d}_{tag}") for d, _ in order]
+        return nest(order, body, names=vs), vs
+
+    # -- the vector operand, packed as [lane/L][other positions][r/K][L][K] ---------------------
+    vbuf = tree.buffer(vec.buffer)
+    lp, rp = _position(vec, lane, "vector operand"), _position(vec, r, "vector operand")
+    others = [p for p in range(len(vec.index)) if p not in (lp, rp)]
+    other_strides, st = {}, Kp * L
+    for p in reversed(others):
+        other_strides[p] = st
+        st *= vbuf.shape[p]
+    lane_o_stride = st
+    vp = fresh(f"{vec.buffer}_packed")
+    buffers.append(Buffer(vp, vbuf.dtype, (lane_o_stride * (sizes[lane] // L),), "temp"))
+
+    def packed_index(lane_o, lane_i, r_o, r_i):
+        terms = [(lane_o, lane_o_stride // L), (lane_i, K), (r_o, L), (r_i, 1)]
+        for p in others:
+            terms += _scaled(vec.index[p], other_strides[p])
+        return Access(vp, (Affine.of(*terms, const=sum(vec.index[p].const * other_strides[p] for p in others)),))
+
+    other_dims = [n for p in others for n in vec.index[p].names() if n in dims]
+    other_dims = list(dict.fromkeys(other_dims))
+    pack_order = [(lane, L)] + [(d, 1) for d in other_dims] + [(r, K), (lane, 1), (r, 1)]
+    pack_vars = [fresh(f"{d}_p") for d, _ in pack_order]
+    lo, *_, ro, li, ri = pack_vars
+    pack_stmt = Compute(fresh("pack"), packed_index("@" + lo, "@" + li, "@" + ro, "@" + ri),
+                        Load(replace(vec, zero_pad=vec.zero_pad or pad)))
+    body = [nest(pack_order, pack_stmt, names=pack_vars)]
+    steps.append(f"pack %{vec.buffer} as [{lane}/{L}]{''.join(f'[{vbuf.shape[p]}]' for p in others)}"
+                 f"[{r}/{K}][{L}][{K}]")
+
+    # -- the broadcast operand: reduction innermost, padded, shifted for compensation ----------
+    bbuf = tree.buffer(bc.buffer)
+    new_bc = bc
+    if pad or compensate or bc.zero_pad or _stride(tree, bc, r) != 1:
+        bp_pos = _position(bc, r, "broadcast operand")
+        perm = [p for p in range(len(bc.index)) if p != bp_pos] + [bp_pos]
+        # a zero-padded read is staged over the whole range its index sweeps, the border
+        # materialised (as the shifted zero, 128, under compensation: the weights' sum counts
+        # every reduction point, the border's too); then the contraction reads in bounds
+        lo = {p: (_index_range(bc.index[p], dims)[0] if bc.zero_pad else 0) for p in perm}
+        extent = {p: (_index_range(bc.index[p], dims)[1] - lo[p] + 1 if bc.zero_pad else bbuf.shape[p])
+                  for p in perm}
+        extent[bp_pos] = Kp
+        shape = tuple(extent[p] for p in perm)
+        ap = fresh(f"{bc.buffer}_{'u8' if compensate else 'kc'}")
+        buffers.append(Buffer(ap, "uint8" if compensate else bbuf.dtype, shape, "temp"))
+        cdims = [fresh(f"{bc.buffer.lower()}{i}") for i in range(len(perm))]
+        dims.update(zip(cdims, shape))
+        src_index = [None] * len(perm)
+        for q, p in enumerate(perm):
+            src_index[p] = Affine.of(cdims[q], const=lo[p])
+        src = Load(Access(bc.buffer, tuple(src_index), zero_pad=pad or bc.zero_pad))
+        expr = Binary("add", src, Const(SHIFT)) if compensate else src
+        copy = Compute(fresh("stage"), Access(ap, tuple(Affine.of(c) for c in cdims)), expr)
+        body.append(nest([(c, 1) for c in cdims], copy, names=[fresh(c + "_l") for c in cdims]))
+        new_bc = Access(ap, tuple(replace(bc.index[p], const=bc.index[p].const - lo[p]) for p in perm))
+        steps.append(f"copy %{bc.buffer} with {r} innermost" + (", shifted by 128 to uint8" if compensate else "")
+                     + (", its zero border materialised" if bc.zero_pad else ""))
+
+    # -- compensation: init -= 128 * sum over the reduction of the weights ---------------------
+    init = stmt.init
+    if compensate:
+        comp = fresh(f"{vec.buffer}_sum")
+        buffers.append(Buffer(comp, "int32", (sizes[lane],), "temp"))
+        sum_order = [(lane, 1)] + [(d, 1) for d in red_dims]
+        sum_stmt = Compute(fresh("wsum"), Access(comp, (Affine.of(lane),)),
+                           Load(replace(vec, zero_pad=vec.zero_pad or pad)), reduce="add", init="identity")
+        body.insert(0, nest(sum_order, sum_stmt, names=[fresh(f"{d}_s") for d, _ in sum_order]))
+        correction = Binary("mul", Const(-SHIFT), Load(Access(comp, (Affine.of(lane),))))
+        init = correction if init == "identity" else Binary("add", init, correction)
+        steps.append(f"compensate: init -= 128 * sum of %{vec.buffer} over the reduction")
+
+    # -- the contraction, its instruction loops innermost ---------------------------------------
+    if outer is None:
+        outer = ([(d, 1) for d in out_dims if d != lane and d in dims] + [(lane, L)]
+                 + [(d, 1) for d in red_dims if d != r] + [(r, K)])
+    order = list(outer) + [(lane, 1), (r, 1)]
+    vars_ = [fresh(f"{d}{i}") for i, (d, _) in enumerate(order)]
+    var_of = dict(zip(vars_, order))
+    lane_o = next(v for v, (d, s) in var_of.items() if d == lane and s == L)
+    r_o = next(v for v, (d, s) in var_of.items() if d == r and s == K)
+    new_vec = packed_index("@" + lane_o, "@" + vars_[-2], "@" + r_o, "@" + vars_[-1])
+    operands = {bname: new_bc, vname: new_vec}
+    expr = _rebind(instr.stmt.expr, stmt.expr, binding, operands)
+    main = replace(stmt, expr=expr, init=init)
+    copy_back = None
+    if _stride(tree, stmt.out, lane) != 1:
+        # lanes must be stored contiguously: accumulate into the output with the lane dimension
+        # innermost (NCHW -> NHWC-like `[x]c` blocks), then copy it back into place
+        obuf = tree.buffer(stmt.out.buffer)
+        lpos = _position(stmt.out, lane, "output")
+        perm = [p for p in range(len(obuf.shape)) if p != lpos] + [lpos]
+        blocked = fresh(f"{obuf.name}_lanes")
+        buffers.append(Buffer(blocked, obuf.dtype, tuple(obuf.shape[p] for p in perm), "temp"))
+        main = replace(main, out=Access(blocked, tuple(stmt.out.index[p] for p in perm)))
+        cdims = [fresh(f"{obuf.name.lower()}{i}") for i in perm]
+        dims.update(zip(cdims, (obuf.shape[p] for p in perm)))
+        dst = [None] * len(perm)
+        for q, p in enumerate(perm):
+            dst[p] = Affine.of(cdims[q])
+        copy = Compute(fresh("unblock"), Access(obuf.name, tuple(dst)), Load(Access(blocked, tuple(Affine.of(c) for c in cdims))))
+        copy_back = nest([(c, 1) for c in cdims], copy, names=[fresh(c + "_l") for c in cdims])
+        steps.append(f"accumulate %{obuf.name} with {lane} innermost, then copy it into place")
+    body.append(nest(order, main, names=vars_))
+    if copy_back is not None:
+        body.append(copy_back)
+    new = LoopTree(tuple(buffers), tuple(dims.items()), tuple(body))
+
+    (stack, s), = [(st_, c) for st_, c in new.computes() if c.name == stmt.name]
+    m = inspect(new, stack, s, instr)
+    if not m:
+        raise ScheduleError(f"tensorize: the rewritten loops do not match {instr.name}: {m.reason}")
+    return Rewrite(new, m, tuple(steps))
+
+
+def _index_range(ix: Affine, dims: dict[str, int]) -> tuple[int, int]:
+    """The least and greatest value `ix` takes with every dimension over its whole size."""
+    lo = hi = ix.const
+    for n, c in ix.terms:
+        if n not in dims:
+            raise UnsupportedError(f"tensorize: index term {n} is not a dimension (a tree already scheduled?)")
+        span = c * (dims[n] - 1)
+        lo, hi = lo + min(0, span), hi + max(0, span)
+    return lo, hi
+
+
+def _stride(tree: LoopTree, acc: Access, dim: str) -> int:
+    buf = tree.buffer(acc.buffer)
+    return sum(ix.coeff(dim) * s for ix, s in zip(acc.index, buf.strides))
+
+
+def _rebind(desc_e, e, binding, operands):
+    """`e` with the loads bound to description operands replaced by their new accesses."""
+    by_access = {acc: operands[n] for n, acc in binding.items()}
+    def rec(x):
+        if isinstance(x, Load) and x.access in by_access:
+            return Load(by_access[x.access])
+        if isinstance(x, Binary):
+            return Binary(x.op, rec(x.a), rec(x.b))
+        return x
+    return rec(e)

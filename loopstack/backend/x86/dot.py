@@ -1,0 +1,64 @@
+"""x86 implementations of the tensorized dot-product instructions (backend.tensorize.registry).
+
+`emit_dot(asm, instr, acc, a, b, scratch)` adds `instr`'s dot product of the bytes in `a` and
+`b` to the int32 lanes of `acc`, in registers the caller owns. The registry entry decides what
+is emitted; this module only spells it:
+  - `vpdpbusd` (AVX512_VNNI, EVEX) and `{vex} vpdpbusd` (AVX-VNNI): one instruction;
+    `b` may also be memory (the r/m operand).
+  - the exact AVX2 path: bytes are widened to 16 bits inside each 16-bit word (even bytes by
+    masking or shifting up and back, odd bytes by shifting down; zero- or sign-extended per
+    operand dtype) and multiplied with two `vpmaddwd`, whose int32 sums of two products of
+    8-bit values cannot overflow. `vpmaddubsw` is never used: its int16 sums saturate
+    (255 x 127 + 255 x 127 > 32767).
+"""
+from __future__ import annotations
+
+from ...errors import UnsupportedError
+from ...isa.x86.operands import Vec
+
+# scratch registers each implementation needs (the AVX2 path: two widened operand halves
+# per operand, and the 0x00FF word mask for zero-extending unsigned even bytes)
+SCRATCH = {"vpdpbusd": 0, "{vex} vpdpbusd": 0, "vpmaddwd": 4}
+
+
+def emit_dot(asm, instr, acc: Vec, a: Vec, b, scratch: list[Vec], byte_mask=None) -> None:
+    """`acc += dot(a, b)` as `instr` defines it. `byte_mask` (AVX2 path, unsigned `a` only) holds
+    0x00FF in every 16-bit word; `scratch` gives `SCRATCH[instr.mnemonic]` free registers."""
+    if instr.isa != "x86_64":
+        raise UnsupportedError(f"{instr.name} is not an x86 instruction")
+    if instr.mnemonic == "vpdpbusd":
+        asm.emit("vpdpbusd", acc, a, b)
+    elif instr.mnemonic == "{vex} vpdpbusd":
+        asm.emit("vpdpbusd", acc, a, b, vex=True)
+    elif instr.mnemonic == "vpmaddwd":
+        _avx2_dot(asm, instr, acc, a, b, scratch, byte_mask)
+    else:
+        raise UnsupportedError(f"no x86 implementation of {instr.name} ({instr.mnemonic})")
+
+
+def _widen(asm, src: Vec, even: Vec, odd: Vec, signed: bool, byte_mask) -> None:
+    """Bytes 0, 2 of each 32-bit lane into the 16-bit words of `even`, bytes 1, 3 into `odd`."""
+    if signed:
+        asm.emit("vpsllw", even, src, 8)
+        asm.emit("vpsraw", even, even, 8)
+        asm.emit("vpsraw", odd, src, 8)
+    else:
+        if byte_mask is None:
+            raise UnsupportedError("the AVX2 dot of unsigned bytes needs the 0x00FF word mask register")
+        asm.emit("vpand", even, src, byte_mask)
+        asm.emit("vpsrlw", odd, src, 8)
+
+
+def _avx2_dot(asm, instr, acc, a, b, scratch, byte_mask) -> None:
+    if len(scratch) < SCRATCH["vpmaddwd"]:
+        raise UnsupportedError(f"{instr.name} needs {SCRATCH['vpmaddwd']} scratch registers")
+    if not isinstance(b, Vec):
+        raise UnsupportedError(f"{instr.name} reads both operands from registers")
+    a_dtype, b_dtype, _ = instr.dtypes()
+    ae, ao, be, bo = scratch[:4]
+    _widen(asm, a, ae, ao, a_dtype == "int8", byte_mask)
+    _widen(asm, b, be, bo, b_dtype == "int8", byte_mask)
+    asm.emit("vpmaddwd", ae, ae, be)
+    asm.emit("vpmaddwd", ao, ao, bo)
+    asm.emit("vpaddd", acc, acc, ae)
+    asm.emit("vpaddd", acc, acc, ao)
