@@ -26,7 +26,7 @@ from operator import is_
 
 import numpy as np
 
-from ..errors import ScheduleError, UnsupportedError
+from ..errors import ArgumentError, ScheduleError, UnsupportedError
 from ..isa.target import get_target
 from ..looptree.ir import Loop, LoopTree, loop_var, statements
 from .kernel_base import KernelBase, allocate_storage
@@ -160,7 +160,7 @@ class NativeKernel(KernelBase):
         self.target = target
         self._segments = segments
         self._private = private
-        self.threads = os.cpu_count() or 1
+        self._threads = os.cpu_count() or 1
         self._shared = {t.name: allocate_storage(t) for t in lowered.temps if t.name not in private}
         self._per_thread: list[dict[str, np.ndarray]] = []
         self._bound: tuple = _UNBOUND    # the arrays of the last call
@@ -171,6 +171,19 @@ class NativeKernel(KernelBase):
                  for c, _, node in segments]
         self._once, self._steps = steps[:once], steps[once:]
         self._parallel = any(parallel for _, _, parallel in self._steps)
+
+    @property
+    def threads(self) -> int:
+        """Threads a loop annotated "parallel" is split over (default: every core)."""
+        return self._threads
+
+    @threads.setter
+    def threads(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ArgumentError(f"kernel.threads must be a positive integer, got {n!r}")
+        if n != self._threads:
+            self._threads = n
+            self._bound = _UNBOUND     # the prebuilt call holds one pointer block per thread
 
     @property
     def code(self) -> bytes:

@@ -292,6 +292,50 @@ def test_parallel_loop_matches_serial_exactly():
     np.testing.assert_allclose(parallel, A @ B, rtol=1e-4, atol=1e-4)
 
 
+class _CountingPool:
+    """Stands in for the kernels' thread pool: counts the chunks handed to other threads."""
+
+    def __init__(self):
+        self.chunks = 0
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        self.chunks += 1
+        f = Future()
+        f.set_result(fn(*args))
+        return f
+
+
+def test_thread_count_takes_effect_whenever_it_is_set(monkeypatch):
+    """`kernel.threads` set after the first call changes the next call (the call prebuilt at the
+    first call must not keep the thread count of that moment)."""
+    from loopstack.backend import native
+
+    pool = _CountingPool()
+    monkeypatch.setattr(native, "_pool", lambda: pool)
+    kernel = compile(_parallel_matmul(61, 40, 33))
+    A, B = matmul_args(61, 40, 33)
+    C = np.zeros((61, 40), np.float32)
+    kernel.threads = 1
+    kernel(A, B, C)
+    assert pool.chunks == 0
+    kernel.threads = 3              # the same arrays: the prebuilt call must be rebuilt
+    kernel(A, B, C)
+    assert pool.chunks == 2         # two of three chunks on other threads
+    np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
+    kernel.threads = 1
+    kernel(A, B, C)
+    assert pool.chunks == 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_thread_count_must_be_a_positive_integer(bad):
+    kernel = compile(_parallel_matmul(8, 16, 8))
+    with pytest.raises(ArgumentError, match="kernel.threads"):
+        kernel.threads = bad
+
+
 def test_parallel_reduction_loop_is_a_race_error():
     tree = matmul_tree(8, 8, 8, (("k", 1), ("m", 1), ("n", 1)))
     top = tree.body[0]
