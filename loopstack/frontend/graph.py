@@ -134,7 +134,7 @@ def _names(nodes) -> dict:
         syms = list(n.vars)
         if n.op == "view":
             for e in n.view:
-                syms += list(e.terms) + list(e.sizes)
+                syms += e.symbols() + e.size_symbols()
         for s in syms:
             if s in names:
                 continue

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import ShapeError, SymbolError
-from .symbols import Symbol, as_expr
+from .symbols import Expr, Size, Symbol, as_expr
 from .tensor import Tensor, as_tensor
 
 
@@ -80,6 +80,15 @@ def conv(X: Tensor, W: Tensor, spatial, window, stride: int = 1, channel_reduce:
 
 
 def maxpool(X: Tensor, spatial, window, stride: int = 1) -> Tensor:
+    """Max over windows: `window` names the window dimensions (sized elsewhere), or is an int k
+    for a k x ... x k window, as loop_tool's C++ `nn::maxpool(X, spatial, k, stride)` spells it."""
+    if isinstance(window, int) and not isinstance(window, bool):
+        if window < 1:
+            raise ShapeError(f"maxpool: the window size must be a positive int, got {window}")
+        k, window = window, [Symbol(s.name + "_k") for s in spatial]
+        X = X.to(*X.symbolic_shape, constraints=[(Size(w), Expr(k)) for w in window])
+    elif isinstance(window, Symbol):
+        window = [window]
     return _window_view(X, spatial, window, stride).max_reduce(*window)
 
 

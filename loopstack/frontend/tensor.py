@@ -170,12 +170,7 @@ class Tensor:
                 raise ShapeError(f"to: the tensor has {len(node.vars)} dimensions "
                                  f"[{', '.join(v.name for v in node.vars)}] but {len(syms)} names were given")
             return self._view(syms, [Expr({s: 1}) for s in syms])
-        cons = {}
-        for key, e in constraints:
-            if key not in node.vars:
-                raise SymbolError(f"to: constraint on {getattr(key, 'name', key)}, which is not a "
-                                  f"dimension of the tensor [{', '.join(v.name for v in node.vars)}]")
-            cons[key] = as_expr(e)
+        cons, sizes, solved = self._constraints(syms, constraints)
         exprs = []
         for v in node.vars:
             if v in cons:
@@ -189,7 +184,57 @@ class Tensor:
                 exprs.append(Expr({v: 1}))
             else:
                 raise SymbolError(f"to: dimension {v.name} is neither kept nor constrained")
-        return self._view(syms, exprs)
+        # a constraint solved for an input dimension (loop_tool's concatenation: NM = M + size(N))
+        # reads zero where the input does not reach, as a padded view does
+        out = self._view(syms, exprs, pad=solved)
+        for sym, e in sizes:
+            out._node.linear.append((sym, tuple((c, s) for s, c in e.sizes.items()), e.const,
+                                     f"constraint size({sym.name}) = {e}"))
+        return out
+
+    def _constraints(self, syms, constraints):
+        """loop_tool's view constraints -> ({input dim: Expr over new dims}, [(sym, size Expr)], solved).
+
+        A pair is (input dim, expression of the new dims), (new dim, expression holding one input
+        dim with coefficient +-1: solved for that input dim) or (lt.Size(dim), expression of
+        sizes and constants)."""
+        node = self._node
+        names = f"[{', '.join(v.name for v in node.vars)}]"
+        cons, sizes, solved = {}, [], False
+        for pair in constraints:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise ShapeError(f"to: a constraint is a pair (dimension or lt.Size(dimension), expression), "
+                                 f"got {pair!r}")
+            key, e = as_expr(pair[0]), as_expr(pair[1])
+            sym = key.size_of()
+            if sym is not None:
+                if e.terms or e.scaled:
+                    raise ShapeError(f"to: size({sym.name}) = {e}: a size is an expression of sizes and "
+                                     "constants, not of indices")
+                sizes.append((sym, e))
+                continue
+            k = key.symbol()
+            if k is None:
+                raise ShapeError(f"to: the left side of a constraint is a dimension or lt.Size(dimension), "
+                                 f"got {key}")
+            if k in node.vars:
+                if k in cons:
+                    raise SymbolError(f"to: {k.name} is constrained twice")
+                cons[k] = e
+            elif k in syms:
+                src = [s for s in e.terms if s in node.vars]
+                if len(src) != 1 or e.terms[src[0]] not in (1, -1) or any(t in node.vars for t, _ in e.scaled):
+                    raise ShapeError(f"to: {k.name} = {e} must hold exactly one dimension of the tensor "
+                                     f"{names} with coefficient 1 or -1")
+                v, c = src[0], e.terms[src[0]]
+                if v in cons:
+                    raise SymbolError(f"to: {v.name} is constrained twice")
+                cons[v] = (Expr({k: 1}) - (e - Expr({v: c}))) * c
+                solved = True
+            else:
+                raise SymbolError(f"to: constraint on {k.name}, which is neither a dimension of the tensor "
+                                  f"{names} nor one of the new dimensions")
+        return cons, sizes, solved
 
     def _view(self, out_vars, exprs, pad=False) -> "Tensor":
         return Tensor._wrap(Node("view", inputs=(self._node,), vars=out_vars, view=exprs, pad=pad))

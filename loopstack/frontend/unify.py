@@ -37,7 +37,7 @@ class Sizes:
 
 def _window(sz: Sizes, v, expr, origin: str) -> bool:
     """v = expr(out symbols) for an unpadded view: relate the sizes both ways."""
-    if expr.sizes and any(sz.get(s) is None for s in expr.sizes):
+    if any(sz.get(s) is None for s in expr.size_symbols()):
         return False
     terms, const = expr.resolve(sz.get)
     if len(terms) == 1 and const == 0 and list(terms.values())[0] == 1:   # a renaming
