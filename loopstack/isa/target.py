@@ -105,6 +105,13 @@ TARGETS: dict[str, Target] = {
     "avx512": Target(name="avx512", arch="x86_64", vector_bits=512, vector_registers=32, has_masks=True,
                      required=frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
                      l2=2 * 1024 * 1024),
+    # AArch64 AdvSIMD, Apple M1 (Firestorm) preset: 4 FMA pipes of 4 cycles, 128 KiB L1d, 12 MiB L2
+    "neon": Target(name="neon", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
+                   required=frozenset({"asimd"}), fma_units=4, fma_latency=4, l1d=128 * 1024,
+                   l2=12 * 1024 * 1024, l3=8 * 1024 * 1024),
+    "neon_fp16": Target(name="neon_fp16", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
+                        required=frozenset({"asimd", "asimdhp"}), fma_units=4, fma_latency=4, l1d=128 * 1024,
+                        l2=12 * 1024 * 1024, l3=8 * 1024 * 1024),
 }
 
 
@@ -145,6 +152,8 @@ def host_target() -> Target:
 
 @functools.lru_cache(maxsize=8)
 def _host_target_for(features: frozenset[str]) -> Target:
+    if TARGETS["neon"].required <= features:       # an AArch64 host: fp32 NEON, what float32 programs use
+        return _with_host_caches(TARGETS["neon"])
     if TARGETS["avx512"].required <= features:
         return _with_host_caches(TARGETS["avx512"])
     _check(TARGETS["avx2"], features)
