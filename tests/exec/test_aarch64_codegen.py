@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from a64_kernels import run_kernel
+from a64_run import run_kernel
 from hypothesis import HealthCheck, assume, given, settings
 from strategies import check_case, contraction_cases, random_case
 
