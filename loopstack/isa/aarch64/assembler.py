@@ -26,6 +26,11 @@ from .operands import Gpr, Label
 
 __all__ = ["Assembler"]
 
+# (mnemonic, operands) -> word, shared by every Assembler of the process; bounded, as the keys
+# keep their operands (and so their interned Mems) alive
+_KEPT: dict[tuple, int] = {}
+_KEPT_GET = _KEPT.get
+_KEPT_LIMIT = 1 << 16
 _NOP = 0xD503201F
 _BRK = 0xD4200000          # brk #0: padding never executes quietly
 
@@ -50,11 +55,35 @@ class Assembler:
     # -- emitting -----------------------------------------------------------------------------
     def emit(self, mnemonic: str, *ops) -> None:
         """Append one instruction, chosen from the table by the kinds of `ops`."""
+        # Kept instructions: operands are interned (operands.py), so (mnemonic, ops) names the
+        # instruction and its word is looked up, not encoded again. A list operand (ld1/st1)
+        # is unhashable: TypeError, then the encoder.
+        try:
+            word = _KEPT_GET((mnemonic, ops))
+        except TypeError:
+            word = None
+        if word is None:
+            word = self._encode(mnemonic, ops)
+            if word is None:
+                return
+        self._words.append(word)
+
+    def _encode(self, mnemonic: str, ops: tuple) -> int | None:
+        """The word of an instruction not kept; a branch is recorded as a fixup (returns None)."""
         word, form = encode(mnemonic, ops)
         if form.reloc is not None:
             label = next(o for o in ops if isinstance(o, Label))
             self._fixups.append((len(self._words), label, form.reloc, format_instruction(mnemonic, ops)))
-        self._words.append(word)
+            self._words.append(word)
+            return None
+        if len(_KEPT) >= _KEPT_LIMIT:
+            _KEPT.clear()
+        if not any(type(o) is float for o in ops):     # 0.0 == 0: a float is checked every time
+            try:
+                _KEPT[(mnemonic, ops)] = word
+            except TypeError:           # a register list
+                pass
+        return word
 
     def word(self, value: int) -> None:
         """Append a raw 32-bit word (data inside the code, or an instruction not in the table)."""
@@ -62,12 +91,6 @@ class Assembler:
             raise EncodingError(f".word {value!r}: a 32-bit unsigned value")
         self._words.append(value)
 
-    def __getattr__(self, name: str):
-        # asm.fmla(...) is asm.emit("fmla", ...); asm.b_ne(lbl) is asm.emit("b.ne", lbl)
-        mnemonic = name.replace("_", ".") if name.startswith("b_") else name
-        if mnemonic in MNEMONICS:
-            return lambda *ops: self.emit(mnemonic, *ops)
-        raise AttributeError(f"Assembler has no attribute {name!r} (and {mnemonic!r} is not in the AArch64 table)")
 
     def mov_imm(self, reg: Gpr, value: int) -> None:
         """reg = value by the shortest movz/movn + movk sequence (1 to 4 instructions)."""
@@ -172,3 +195,17 @@ class Assembler:
         for lbl, raw, _ in self._pool:
             lines.append(f"{lbl.position:6x}:  {lbl.name}: .byte {raw[:16].hex(' ')}{' ...' if len(raw) > 16 else ''}")
         return "\n".join(lines)
+
+
+def _mnemonic_method(mnemonic: str):
+    def method(self, *ops) -> None:
+        self.emit(mnemonic, *ops)
+    method.__name__ = mnemonic.replace(".", "_")
+    method.__doc__ = f"emit('{mnemonic}', *ops)"
+    return method
+
+
+# asm.fmla(...) is asm.emit("fmla", ...); asm.b_ne(lbl) is asm.emit("b.ne", lbl)
+for _mnemonic in sorted(MNEMONICS):
+    if not hasattr(Assembler, _mnemonic.replace(".", "_")):
+        setattr(Assembler, _mnemonic.replace(".", "_"), _mnemonic_method(_mnemonic))

@@ -4,6 +4,10 @@ Plain values, never changed once made. Each carries `kind`, the string the instr
 matches on (see forms.py), and prints itself in the Arm ARM's assembler syntax, so that a
 listing line can be fed back to LLVM's assembler as it is.
 
+Every operand is interned: X(3) is X(3), V(2).s[1] is V(2).s[1], and Mem(X(1), 16) built twice
+is one object. Equality is identity, and hashing is the object's own (fast, C-level), which is
+what lets the assembler keep each encoded instruction under its operands (assembler.py).
+
     X(3), W(3), XZR, WZR, SP                     x3, w3, xzr, wzr, sp
     V(3).s4  .h8 .b16 .d2 .s2 .h4 .b8            v3.4s ...            (arrangements)
     V(3).q   .d .s .h .b                         q3, d3, s3, h3, b3   (scalars)
@@ -13,6 +17,8 @@ listing line can be fed back to LLVM's assembler as it is.
     "pldl1keep" ...                              prefetch operations are plain strings
 """
 from __future__ import annotations
+
+import weakref
 
 from ...errors import EncodingError
 
@@ -39,11 +45,6 @@ class Gpr:
 
     __str__ = __repr__
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Gpr) and other.kind == self.kind and other.num == self.num
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.num))
 
 
 def _gprs(prefix: str, bits: int) -> tuple[Gpr, ...]:
@@ -85,11 +86,6 @@ class VecReg:
 
     __str__ = __repr__
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, VecReg) and other.kind == self.kind and other.num == self.num
-
-    def __hash__(self) -> int:
-        return hash((self.kind, self.num))
 
 
 class Element:
@@ -110,23 +106,28 @@ class Element:
 
     __str__ = __repr__
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Element) and (other.kind, other.num, other.index) == (self.kind, self.num, self.index)
 
-    def __hash__(self) -> int:
-        return hash((self.kind, self.num, self.index))
+
+def _element_getter(num: int, size: str):
+    elements = tuple(Element(num, size, i) for i in range(16 // {"b": 1, "h": 2, "s": 4, "d": 8, "4b": 4}[size]))
+
+    def get(index: int) -> Element:
+        if type(index) is not int or not 0 <= index < len(elements):
+            Element(num, size, index)       # raises, naming the range
+        return elements[index]
+    return get
 
 
 class _Lanes:
-    """`V(n).s` as an indexable: V(n).s[i] is an Element, V(n).s itself the scalar s register."""
+    """`V(n).b4`: V(n).b4[i] is the sdot/udot element v<n>.4b[i]."""
 
-    __slots__ = ("_num", "_size", "_scalar")
+    __slots__ = ("_get",)
 
-    def __init__(self, num: int, size: str, scalar: VecReg | None):
-        self._num, self._size, self._scalar = num, size, scalar
+    def __init__(self, num: int, size: str):
+        self._get = _element_getter(num, size)
 
     def __getitem__(self, index: int) -> Element:
-        return Element(self._num, self._size, index)
+        return self._get(index)
 
 
 # arrangement attribute -> (Arm spelling, lanes, element bytes)
@@ -149,7 +150,7 @@ class Vec:
         self.q = VecReg(num, "q", f"q{num}", 1, 16)
         for size in "dshb":
             setattr(self, size, _ScalarLanes(num, size))
-        self.b4 = _Lanes(num, "4b", None)
+        self.b4 = _Lanes(num, "4b")
 
     def __repr__(self) -> str:
         return f"V({self.num})"
@@ -158,13 +159,14 @@ class Vec:
 class _ScalarLanes(VecReg):
     """`V(n).s`: the scalar register s<n> (a VecReg of kind "s"), and `V(n).s[i]` its element i."""
 
-    __slots__ = ()
+    __slots__ = ("_get",)
 
     def __init__(self, num: int, size: str):
         super().__init__(num, size, f"{size}{num}", 1, SCALAR_BYTES[size])
+        self._get = _element_getter(num, size)
 
     def __getitem__(self, index: int) -> Element:
-        return Element(self.num, self.kind, index)
+        return self._get(index)
 
 
 _V = tuple(Vec(n) for n in range(32))
@@ -190,23 +192,29 @@ class Shift:
 
     __str__ = __repr__
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Shift) and (other.op, other.amount) == (self.op, self.amount)
 
-    def __hash__(self) -> int:
-        return hash((self.op, self.amount))
+
+_SHIFTS: dict[tuple, Shift] = {}
+
+
+def _shift(op: str, n: int) -> Shift:
+    key = (op, n, type(n))
+    s = _SHIFTS.get(key)
+    if s is None:
+        s = _SHIFTS.setdefault(key, Shift(op, n))
+    return s
 
 
 def LSL(n: int) -> Shift:
-    return Shift("lsl", n)
+    return _shift("lsl", n)
 
 
 def LSR(n: int) -> Shift:
-    return Shift("lsr", n)
+    return _shift("lsr", n)
 
 
 def ASR(n: int) -> Shift:
-    return Shift("asr", n)
+    return _shift("asr", n)
 
 
 class Mem:
@@ -219,9 +227,27 @@ class Mem:
     Mem.post(base, xm)      [base], xm         ld1/st1 post-index by a register
     """
 
-    __slots__ = ("base", "offset", "mode", "kind")
+    __slots__ = ("base", "offset", "mode", "kind", "__weakref__")
+    _interned: "weakref.WeakValueDictionary[tuple, Mem]" = weakref.WeakValueDictionary()
+
+    def __new__(cls, base: Gpr, offset=0, mode: str = "offset"):
+        key = (base, offset, type(offset), mode)
+        try:
+            return cls._interned[key]
+        except (KeyError, TypeError):       # TypeError: an unhashable offset, reported by __init__
+            pass
+        m = object.__new__(cls)
+        m._make(base, offset, mode)
+        try:
+            cls._interned[key] = m
+        except TypeError:
+            pass
+        return m
 
     def __init__(self, base: Gpr, offset=0, mode: str = "offset"):
+        pass                                # made by __new__ (interned)
+
+    def _make(self, base: Gpr, offset, mode: str) -> None:
         if not isinstance(base, Gpr) or base.kind not in ("x", "sp"):
             raise EncodingError(f"memory base {base!r}: must be an X register or SP")
         if isinstance(offset, Gpr):
@@ -254,11 +280,6 @@ class Mem:
 
     __str__ = __repr__
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Mem) and (other.base, other.offset, other.mode) == (self.base, self.offset, self.mode)
-
-    def __hash__(self) -> int:
-        return hash((self.base, self.offset, self.mode))
 
 
 class Label:
