@@ -42,7 +42,7 @@ class A64Emitter(Emitter):
 
     def __init__(self, asm, target, tree: LoopTree, pointers: dict | None = None):
         super().__init__(asm, target, tree, pointers)
-        self.fp16 = target.name == "neon_fp16"
+        self.fp16 = target.compute_dtype == "float16"
         self.esize = 2 if self.fp16 else 4
         self.arr = "h8" if self.fp16 else "s4"
         self.phys = PHYSICAL[self.fp16]
@@ -51,11 +51,11 @@ class A64Emitter(Emitter):
 
     @classmethod
     def lanes(cls, target) -> int:
-        return target.lanes("float16" if target.name == "neon_fp16" else "float32")
+        return target.lanes()
 
     @classmethod
     def check_tree(cls, tree: LoopTree, target) -> None:
-        want = "float16" if target.name == "neon_fp16" else "float32"
+        want = target.compute_dtype
         for b in tree.buffers:
             if b.dtype != want:
                 raise UnsupportedError(
@@ -82,6 +82,15 @@ class A64Emitter(Emitter):
     def _scalar(self, num: int):
         v = V(self.phys[num])
         return v.h if self.fp16 else v.s
+
+    def alloc_for(self, kind: str) -> int:
+        """fp16 broadcasts in v0-v15 where one is free: fmla .8h by element names only those."""
+        free = self.regs.free
+        if self.fp16 and kind == "bcast":
+            for i in range(len(free) - 1, -1, -1):
+                if self.phys[free[i]] < 16:
+                    return free.pop(i)
+        return self.regs.alloc()
 
     # -- addresses ------------------------------------------------------------------
     def memory(self, pointer, disp: int):
