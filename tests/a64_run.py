@@ -3,6 +3,7 @@ every segment of it in unicorn (CPU model MAX), with its arguments and temps map
 emulator's memory behind a pointer block, as the kernel's own call builds it.
 
     run_kernel(kernel, arrays)       outputs written in place, as kernel(*arrays) would
+    run_kernel(kernel, arrays, parts=3)   a parallel segment runs as 3 calls on [start, end) parts
 
 After each segment the callee-saved registers (x19-x28, d8-d15) and sp must be as they were.
 """
@@ -20,7 +21,7 @@ def _page(n: int) -> int:
     return (n + PAGE - 1) & ~(PAGE - 1)
 
 
-def run_kernel(kernel, arrays) -> None:
+def run_kernel(kernel, arrays, parts: int = 1) -> None:
     if runs_here(kernel.target):
         kernel(*arrays)
         return
@@ -51,7 +52,11 @@ def run_kernel(kernel, arrays) -> None:
     saved_x = {r: getattr(A, f"UC_ARM64_REG_X{r}") for r in range(19, 29)}
     saved_d = {r: getattr(A, f"UC_ARM64_REG_D{r}") for r in range(8, 16)}
     steps = kernel._once + kernel._steps
-    for (code, _, node), (_, n, _), start in zip(kernel._segments, steps, starts):
+    calls = []
+    for (code, _, node), (_, n, parallel), start in zip(kernel._segments, steps, starts):
+        k = parts if parallel else 1
+        calls += [(code, start, n * i // k, n * (i + 1) // k) for i in range(k)]
+    for code, start, first, last in calls:
         end = start + _page(len(code.code) + 4) - 4
         mu.mem_write(start, code.code)
         for r, reg in saved_x.items():
@@ -59,8 +64,8 @@ def run_kernel(kernel, arrays) -> None:
         for r, reg in saved_d.items():
             mu.reg_write(reg, 0x2000 + r)
         mu.reg_write(A.UC_ARM64_REG_X0, BLOCK)
-        mu.reg_write(A.UC_ARM64_REG_X1, 0)
-        mu.reg_write(A.UC_ARM64_REG_X2, n)
+        mu.reg_write(A.UC_ARM64_REG_X1, first)
+        mu.reg_write(A.UC_ARM64_REG_X2, last)
         mu.reg_write(A.UC_ARM64_REG_SP, STACK_TOP)
         mu.reg_write(A.UC_ARM64_REG_X30, end)          # ret lands on the segment's last word
         mu.emu_start(start, end)

@@ -22,7 +22,7 @@ from loopstack.errors import UnsupportedError
 from loopstack.looptree import stats
 from loopstack.looptree.builders import depthwise_conv2d_tree, elementwise_tree, matmul_tree
 
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def _floats_only(tree) -> bool:
@@ -158,3 +158,53 @@ def test_paper_workloads_under_their_default_schedule(name, target):
     want = reference()
     tol = 1e-4 if target == "neon" else 3e-2
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
+
+
+@pytest.mark.aarch64
+def test_a_parallel_loop_runs_in_parts():
+    """The outermost loop's iterations [start, end) in three calls, a partial last iteration in
+    the last one (61 rows in blocks of 6)."""
+    from loopstack.looptree.ir import Loop
+
+    tree = matmul_tree(61, 40, 33, (("m", 6), ("n", 16), ("k", 1), ("m", 1), ("n", 1)))
+    top = tree.body[0]
+    tree = dataclasses.replace(tree, body=(Loop(top.var, top.dim, top.step, top.body, frozenset({"parallel"})),))
+    rng = np.random.default_rng(7)
+    A, B = rng.standard_normal((61, 33)).astype(np.float32), rng.standard_normal((33, 40)).astype(np.float32)
+    C = np.zeros((61, 40), np.float32)
+    run_kernel(compile(tree, target="neon"), [A, B, C], parts=3)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_the_largest_register_blocks_of_the_search_space_stay_in_registers():
+    """The tuner's register blocks for neon (Target.block_registers accumulators) compile to one
+    fmla destination per accumulator: no block of the search space spills."""
+    from loopstack.isa.target import TARGETS
+    from loopstack.tune.space import register_blocks
+
+    for name in ("neon", "neon_fp16"):
+        tgt = TARGETS[name]
+        rows, vecs = max(register_blocks(tgt), key=lambda b: b[0] * b[1])
+        lanes = tgt.lanes()
+        tree = matmul_tree(rows, vecs * lanes, 16, (("m", rows), ("n", vecs * lanes), ("k", 1), ("m", 1), ("n", 1)))
+        if name == "neon_fp16":
+            tree = in_float16(tree)
+        text = compile(tree, target=name).asm()
+        dests = {line.split("fmla", 1)[1].split(",")[0].strip() for line in text.splitlines() if "fmla" in line}
+        assert len(dests) == rows * vecs >= tgt.block_registers - 2, name
+
+
+def test_the_analytical_model_reads_the_neon_targets():
+    import loopstack as lt
+    from loopstack.isa.target import TARGETS
+    from loopstack.tune.cost import AnalyticalCost, Machine
+    from loopstack.tune.space import Plan, realize
+
+    s = lt.SymbolGenerator()
+    a = np.ones((128, 128), np.float32)
+    C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(a).to(s.k, s.n)).sum(s.k)
+    base = C.loop_tree
+    blocked = realize(base, Plan((("m", (6,)), ("k", ()), ("n", (16,))), ("n", "m", "k", "m'", "n'")))
+    for name, peak in (("neon", 102.4), ("neon_fp16", 204.8)):     # Apple M1 at 3.2 GHz
+        predicted = AnalyticalCost(Machine.of(TARGETS[name], peak)).predict([base, blocked])
+        assert np.all(np.isfinite(predicted)) and predicted[1] > predicted[0] > 0
