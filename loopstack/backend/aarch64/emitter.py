@@ -135,12 +135,6 @@ class A64Emitter(Emitter):
             size //= 2
         return out
 
-    def _view(self, v, lanes: int):
-        """The scalar or element view of `lanes` elements: (scalar register, element accessor)."""
-        size = lanes * self.esize
-        name = {1: "b", 2: "h", 4: "s", 8: "d", 16: "q"}[size]
-        return getattr(v, name), (getattr(v, name) if name != "q" else None)
-
     def load_into(self, reg: int, m, kind: str, shape: Shape, dtype: str) -> None:
         a = self.asm
         v = V(self.phys[reg])
@@ -153,22 +147,24 @@ class A64Emitter(Emitter):
         if not shape.masked:
             a.emit("ldr", v.q, self._mem(m, 16))
             return
+        self._tail("ldr", "ld1", v, m, shape.lanes)
+
+    def _tail(self, whole: str, lane: str, v, m, lanes: int) -> None:
+        """`lanes` elements at `m` as power-of-two pieces: the first by a scalar ldr/str of its
+        size (a load clears the rest of the register), the others as single lanes (ld1/st1)."""
         pointer, disp = m
-        for first, n in self._pieces(shape.lanes):
+        for first, n in self._pieces(lanes):
             size = n * self.esize
-            scalar = getattr(v, {2: "h", 4: "s", 8: "d"}[size])
+            view = getattr(v, {2: "h", 4: "s", 8: "d"}[size])
             if first == 0:
-                a.emit("ldr", scalar, self._mem((pointer, disp), size))
+                self.asm.emit(whole, view, self._mem((pointer, disp), size))
             else:
-                a.emit("ld1", [getattr(v, {2: "h", 4: "s", 8: "d"}[size])[first // n]],
-                       self._addr((pointer, disp + first * self.esize)))
+                self.asm.emit(lane, [view[first // n]], self._addr((pointer, disp + first * self.esize)))
 
     def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
         a = self.asm
         m = self.address(access, static)
-        if not shape.vector:
-            if reg in self._lane0:
-                self._lane0.discard(reg)     # lane 0 is the value either way
+        if not shape.vector:                 # lane 0, whether or not the rest holds it too
             a.emit("str", self._scalar(reg), self._mem(m, self.esize))
             return
         self.vec(reg)
@@ -176,14 +172,7 @@ class A64Emitter(Emitter):
         if not shape.masked:
             a.emit("str", v.q, self._mem(m, 16))
             return
-        pointer, disp = m
-        for first, n in self._pieces(shape.lanes):
-            size = n * self.esize
-            name = {2: "h", 4: "s", 8: "d"}[size]
-            if first == 0:
-                a.emit("str", getattr(v, name), self._mem((pointer, disp), size))
-            else:
-                a.emit("st1", [getattr(v, name)[first // n]], self._addr((pointer, disp + first * self.esize)))
+        self._tail("str", "st1", v, m, shape.lanes)
 
     def _const_vector(self, values) -> object:
         dt = np.float16 if self.fp16 else np.float32
@@ -196,12 +185,6 @@ class A64Emitter(Emitter):
             self.asm.emit("movi", v.d2, 0)
         else:
             self.asm.emit("ldr", v.q, self._const_vector([value] * self.width))
-
-    def load_bits(self, reg: int, pattern: int) -> None:
-        """Every 32-bit (16-bit on fp16) lane of `reg` = the bit pattern (masks for vmath)."""
-        dt = np.uint16 if self.fp16 else np.uint32
-        self._lane0.discard(reg)
-        self.asm.emit("ldr", V(self.phys[reg]).q, self.asm.const(np.full(self.width, pattern, dt), align=16))
 
     def load_operand(self, reg: int, operand, shape: Shape) -> None:
         raise UnsupportedError("AArch64 arithmetic takes no memory operands")

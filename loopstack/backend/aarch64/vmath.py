@@ -30,7 +30,7 @@ def unary(em, op: str, d: int, x: int) -> None:
     fn = _HEAVY[op]
     if not em.fp16:
         em.out(d)
-        fn(c, c.p(d), c.p(x))
+        fn(c, c.P(d), c.P(x))
         return
     lo, hi = c.tmp(), c.tmp()
     c.emit("fcvtl", c.P(lo).s4, c.P(x).h4)
@@ -50,9 +50,6 @@ class _Ctx:
 
     def P(self, n: int):
         return V(self.em.phys[n])
-
-    def p(self, n: int):
-        return self.P(n)
 
     def r(self, n: int, arr: str):
         return getattr(self.P(n), arr)
