@@ -1,5 +1,6 @@
-"""AArch64 instruction selection: AdvSIMD code for statement instances (fp32 on `neon`, fp16
-storage and arithmetic on `neon_fp16`), and the AAPCS64 function, loop counters and branches
+"""AArch64 instruction selection: AdvSIMD code for statement instances (fp32 arithmetic on `neon`,
+on float32 or float16 storage; fp16 storage and arithmetic on `neon_fp16`), and the AAPCS64
+function, loop counters and branches
 the nest walk asks for (see backend/emitter.py; the walk itself is shared with x86).
 
 Differences from x86 that shape this file:
@@ -56,8 +57,8 @@ class A64Emitter(Emitter):
     @classmethod
     def check_tree(cls, tree: LoopTree, target) -> None:
         want = target.compute_dtype
-        for b in tree.buffers:
-            if b.dtype != want:
+        for b in tree.buffers:       # fp32 arithmetic also reads and writes fp16 storage
+            if b.dtype != want and not (b.dtype == "float16" and want == "float32"):
                 raise UnsupportedError(
                     f"target {target.name} computes in {want} (storage and arithmetic); buffer %{b.name} is "
                     f"{b.dtype} (use {'neon' if want == 'float16' else 'neon_fp16'} or target='interp')")
@@ -78,19 +79,6 @@ class A64Emitter(Emitter):
 
     def _elem(self, v, i: int):
         return (v.h if self.fp16 else v.s)[i]
-
-    def _scalar(self, num: int):
-        v = V(self.phys[num])
-        return v.h if self.fp16 else v.s
-
-    def alloc_for(self, kind: str) -> int:
-        """fp16 broadcasts in v0-v15 where one is free: fmla .8h by element names only those."""
-        free = self.regs.free
-        if self.fp16 and kind == "bcast":
-            for i in range(len(free) - 1, -1, -1):
-                if self.phys[free[i]] < 16:
-                    return free.pop(i)
-        return self.regs.alloc()
 
     # -- addresses ------------------------------------------------------------------
     def memory(self, pointer, disp: int):
@@ -135,44 +123,60 @@ class A64Emitter(Emitter):
             size //= 2
         return out
 
+    def _narrow(self, dtype: str) -> bool:
+        """float16 storage under float32 arithmetic (neon): converted on every load and store."""
+        return dtype == "float16" and not self.fp16
+
     def load_into(self, reg: int, m, kind: str, shape: Shape, dtype: str) -> None:
         a = self.asm
         v = V(self.phys[reg])
         self._lane0.discard(reg)
+        esize = 2 if dtype == "float16" else 4
         if kind in ("scalar", "bcast"):
-            a.emit("ldr", self._scalar(reg), self._mem(m, self.esize))
-            if kind == "bcast":
-                self._lane0.add(reg)
-            return
-        if not shape.masked:
-            a.emit("ldr", v.q, self._mem(m, 16))
-            return
-        self._tail("ldr", "ld1", v, m, shape.lanes)
+            a.emit("ldr", v.h if esize == 2 else v.s, self._mem(m, esize))
+        elif not shape.masked:
+            a.emit("ldr", v.q if esize == self.esize else v.d, self._mem(m, esize * self.width))
+        else:
+            self._tail("ldr", "ld1", v, m, shape.lanes, esize)
+        if self._narrow(dtype):
+            a.emit("fcvtl", v.s4, v.h4)
+        if kind == "bcast":
+            self._lane0.add(reg)
 
-    def _tail(self, whole: str, lane: str, v, m, lanes: int) -> None:
-        """`lanes` elements at `m` as power-of-two pieces: the first by a scalar ldr/str of its
-        size (a load clears the rest of the register), the others as single lanes (ld1/st1)."""
+    def _tail(self, whole: str, lane: str, v, m, lanes: int, esize: int) -> None:
+        """`lanes` elements of `esize` bytes at `m` as power-of-two pieces: the first by a scalar
+        ldr/str of its size (a load clears the rest of the register), the others as single lanes
+        (ld1/st1)."""
         pointer, disp = m
         for first, n in self._pieces(lanes):
-            size = n * self.esize
+            size = n * esize
             view = getattr(v, {2: "h", 4: "s", 8: "d"}[size])
             if first == 0:
                 self.asm.emit(whole, view, self._mem((pointer, disp), size))
             else:
-                self.asm.emit(lane, [view[first // n]], self._addr((pointer, disp + first * self.esize)))
+                self.asm.emit(lane, [view[first // n]], self._addr((pointer, disp + first * esize)))
 
     def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
         a = self.asm
         m = self.address(access, static)
-        if not shape.vector:                 # lane 0, whether or not the rest holds it too
-            a.emit("str", self._scalar(reg), self._mem(m, self.esize))
-            return
-        self.vec(reg)
+        dtype = self.dtype_of(access)
+        if shape.vector:
+            self.vec(reg)
         v = V(self.phys[reg])
-        if not shape.masked:
-            a.emit("str", v.q, self._mem(m, 16))
-            return
-        self._tail("str", "st1", v, m, shape.lanes)
+        tmp = None
+        if self._narrow(dtype):          # convert a copy: the register may be a cached value
+            tmp = self.regs.alloc()
+            v, src = V(self.phys[tmp]), v
+            a.emit("fcvtn", v.h4, src.s4)
+        esize = 2 if dtype == "float16" else 4
+        if not shape.vector:                 # lane 0, whether or not the rest holds it too
+            a.emit("str", v.h if esize == 2 else v.s, self._mem(m, esize))
+        elif not shape.masked:
+            a.emit("str", v.q if esize == self.esize else v.d, self._mem(m, esize * self.width))
+        else:
+            self._tail("str", "st1", v, m, shape.lanes, esize)
+        if tmp is not None:
+            self.regs.release(tmp)
 
     def _const_vector(self, values) -> object:
         dt = np.float16 if self.fp16 else np.float32
