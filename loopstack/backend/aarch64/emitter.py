@@ -1,7 +1,7 @@
 """AArch64 instruction selection: AdvSIMD code for statement instances (fp32 arithmetic on `neon`,
 on float32 or float16 storage; fp16 storage and arithmetic on `neon_fp16`), and the AAPCS64
-function, loop counters and branches
-the nest walk asks for (see backend/emitter.py; the walk itself is shared with x86).
+function, loop counters and branches the nest walk asks for (see backend/emitter.py; the walk
+itself is shared with x86).
 
 Differences from x86 that shape this file:
   - no memory operands: every value is loaded into a register (the load cache still reuses it);
