@@ -56,6 +56,23 @@ def host_arch() -> str:
     return _HOST_ARCH.get(platform.machine().lower(), platform.machine().lower())
 
 
+def foreign_target(name):
+    """The preset of a named target of another architecture than this host's (its caches are its
+    own, not this machine's), or None."""
+    from ..isa.target import TARGETS
+
+    t = TARGETS.get(name) if isinstance(name, str) else None
+    return t if t is not None and t.arch != host_arch() else None
+
+
+def in_float16(tree: LoopTree) -> LoopTree:
+    """The same program with every float32 buffer in float16 (what neon_fp16 computes)."""
+    import dataclasses
+
+    bufs = tuple(dataclasses.replace(b, dtype="float16") if b.dtype == "float32" else b for b in tree.buffers)
+    return dataclasses.replace(tree, buffers=bufs)
+
+
 def runs_here(target) -> bool:
     """Whether this process can call code for `target`: the host's architecture and features."""
     from ..isa import cpu
@@ -65,7 +82,7 @@ def runs_here(target) -> bool:
 
 def compile_native(tree: LoopTree, target=None, unroll_limit: int | None = None) -> "NativeKernel":
     t0 = time.perf_counter()
-    target = get_target(target, check=False)
+    target = foreign_target(target) or get_target(target, check=False)
     if target.arch == host_arch():
         get_target(target)               # a CPU without the instruction set fails here, before any code
     lowered, parallel, segments, once = emit_native(tree, target, unroll_limit)

@@ -43,10 +43,12 @@ class Target:
     dtlb_miss_cycles: int = 7   # a first-level miss served by the second-level TLB
     stlb_entries: int = 2048    # second-level TLB
     stlb_miss_cycles: int = 30  # a page walk (its page-table entries cached)
+    compute_dtype: str = "float32"  # what the vector arithmetic computes in (neon_fp16: float16)
 
-    def lanes(self, dtype="float32") -> int:
-        """Elements of `dtype` in one vector register: 8 float32 in a ymm, 16 in a zmm."""
-        return self.vector_bits // 8 // dtypes.dtype(dtype).itemsize
+    def lanes(self, dtype=None) -> int:
+        """Elements of `dtype` (default: the compute dtype) in one vector register: 8 float32
+        in a ymm, 16 in a zmm, 8 float16 in a neon_fp16 q register."""
+        return self.vector_bits // 8 // dtypes.dtype(dtype or self.compute_dtype).itemsize
 
     @property
     def accumulators(self) -> int:
@@ -105,6 +107,13 @@ TARGETS: dict[str, Target] = {
     "avx512": Target(name="avx512", arch="x86_64", vector_bits=512, vector_registers=32, has_masks=True,
                      required=frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
                      l2=2 * 1024 * 1024),
+    # AArch64 AdvSIMD, Apple M1 (Firestorm) preset: 4 FMA pipes of 4 cycles, 128 KiB L1d, 12 MiB L2
+    "neon": Target(name="neon", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
+                   required=frozenset({"asimd"}), fma_units=4, fma_latency=4, l1d=128 * 1024,
+                   l2=12 * 1024 * 1024, l3=8 * 1024 * 1024),
+    "neon_fp16": Target(name="neon_fp16", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
+                        required=frozenset({"asimd", "asimdhp"}), fma_units=4, fma_latency=4, l1d=128 * 1024,
+                        l2=12 * 1024 * 1024, l3=8 * 1024 * 1024, compute_dtype="float16"),
 }
 
 
@@ -145,6 +154,8 @@ def host_target() -> Target:
 
 @functools.lru_cache(maxsize=8)
 def _host_target_for(features: frozenset[str]) -> Target:
+    if TARGETS["neon"].required <= features:       # an AArch64 host: fp32 NEON, what float32 programs use
+        return _with_host_caches(TARGETS["neon"])
     if TARGETS["avx512"].required <= features:
         return _with_host_caches(TARGETS["avx512"])
     _check(TARGETS["avx2"], features)

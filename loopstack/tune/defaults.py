@@ -66,10 +66,12 @@ _TILING_COST = 0.03     # modelled efficiency a convolution loses by tiling its 
 def _target(target):
     from ..isa.target import get_target, host_target
 
-    if target is None or target in ("x86", "interp"):
+    if target is None or target in ("x86", "native", "interp"):
         return host_target()
     if isinstance(target, str):
-        return get_target(target)
+        from ..backend.native import foreign_target
+
+        return foreign_target(target) or get_target(target)     # another architecture's preset
     return target
 
 
