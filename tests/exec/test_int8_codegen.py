@@ -128,3 +128,14 @@ def test_the_extremes_of_uint8_times_int8_do_not_saturate(target, family):
     B = np.full((64, 2 * lanes), -128, np.int8)
     kernel, got = run(int8_matmul(3, 2 * lanes, 64, "uint8", "int8"), target, [A, B])
     assert (got == 64 * 255 * -128).all(), kernel.tensorized
+
+
+def test_the_int8_bench_agrees_with_onnxruntime_bit_for_bit():
+    pytest.importorskip("onnxruntime", reason="onnxruntime is the int8 bench's peer")
+    from loopstack.commands import bench_int8
+
+    rows = bench_int8.rows(runs=1, rounds=1, names={"GEMM-256", "QCONV-4", "QDWCONV-1"})
+    assert [r["name"] for r in rows] == ["GEMM-256", "QCONV-4", "QDWCONV-1"]
+    assert all(r["exact"] for r in rows), [(r["name"], r["exact"]) for r in rows]
+    assert rows[0]["gops"] > 0 and rows[0]["instr"] != "-"
+    assert "QCONV-4" in bench_int8.format_table(rows)

@@ -58,3 +58,29 @@ def _avx2_dot(asm, instr, acc, a, b, scratch, byte_mask) -> None:
     asm.emit("vpmaddwd", ao, ao, bo)
     asm.emit("vpaddd", acc, acc, ae)
     asm.emit("vpaddd", acc, acc, ao)
+
+
+def dot_probe_code(instr, chains: int = 12) -> bytes:
+    """`void probe(int64_t n)`: n iterations of `chains` independent accumulators updated by
+    `instr` (12 for the one-instruction forms; 8 for the widening path, whose scratch registers
+    take the rest) — the int8 peak this CPU reaches with that instruction."""
+    from ...isa.x86.assembler import Assembler
+    from ...isa.x86.operands import YMM, ZMM, rdi
+
+    regs = {512: ZMM, 256: YMM}[instr.vector_bits]
+    if instr.scratch:
+        chains = min(chains, 8)
+    asm = Assembler()
+    asm.emit("vzeroall")                 # zero sources: the sums stay 0, no data dependence on memory
+    a, b = regs[chains], regs[chains + 1]
+    scratch = [regs[chains + 2 + i] for i in range(instr.scratch)]
+    mask = asm.const(bytes([0xFF, 0x00]) * (instr.vector_bits // 16), align=instr.vector_bits // 8)
+    top = asm.label("loop")
+    asm.bind(top)
+    for i in range(chains):
+        emit_dot(asm, instr, regs[i], a, b, scratch, mask.with_bits(instr.vector_bits))
+    asm.emit("dec", rdi)
+    asm.emit("jne", top)
+    asm.emit("vzeroupper")
+    asm.emit("ret")
+    return asm.bytes()
