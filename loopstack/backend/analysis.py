@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..dtypes import dtype as _dtype
 from ..looptree.ir import (
-    Access, Acc, Binary, Compute, Const, Load, Loop, LoopTree, Unary, loop_var,
+    Access, Acc, Binary, Compute, Const, Dot, Load, Loop, LoopTree, Unary, loop_var,
 )
 
 # ---------------------------------------------------------------------------
@@ -125,6 +125,8 @@ def vector_plan(tree: LoopTree, loop: Loop, byte_map=byte_map) -> VectorPlan | N
         return None
     if len(loop.body) > 1 and any(n.reduce is not None for n in loop.body):
         return None
+    if len(loop.body) == 1 and isinstance(loop.body[0].expr, Dot):
+        return _dot_plan(tree, loop, loop.body[0], byte_map)
     along = None
     for stmt in loop.body:
         out = byte_map(tree, stmt.out)
@@ -154,6 +156,27 @@ def vector_plan(tree: LoopTree, loop: Loop, byte_map=byte_map) -> VectorPlan | N
             if tree.buffer(b).dtype not in ("float32", "float16"):
                 return None
     return VectorPlan(loop, bool(along))
+
+
+def _dot_plan(tree: LoopTree, loop: Loop, stmt: Compute, byte_map) -> VectorPlan | None:
+    """A tensorized statement vectorises along its instruction's lanes: int32 outputs one
+    after another, each operand's k-byte groups one after another or the same in every lane."""
+    k = stmt.expr.k
+    if element_stride(byte_map(tree, stmt.out), loop.dim) != 1 or loop_var(loop.var) in stmt.out.names():
+        return None
+    operands = {id(x.access) for x in (stmt.expr.a, stmt.expr.b)}
+    for a in stmt.reads():        # the Dot's operands, and the init's, post's and scale's reads
+        if a.zero_pad or loop_var(loop.var) in a.names():
+            return None
+        if element_stride(byte_map(tree, a), loop.dim) not in ((0, k) if id(a) in operands else (0, 1)):
+            return None
+    return VectorPlan(loop, True)
+
+
+def dot_kind(stride: int, k: int) -> str:
+    """How a tensorized statement's operand is read along its lanes: a vector of k-byte groups
+    ("vec") or one group repeated ("bcast")."""
+    return {k: "vec", 0: "bcast"}[stride]
 
 
 def _buffers_of(stmt: Compute) -> set[str]:

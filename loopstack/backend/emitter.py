@@ -15,9 +15,10 @@ function's frame, loop counters, branches and pointer updates that the nest walk
 """
 from __future__ import annotations
 
+from ..dtypes import DTYPES
 from ..errors import UnsupportedError
-from ..looptree.ir import Acc, Access, Binary, Compute, Const, Load, LoopTree, Unary, expr_loads
-from .analysis import ByteMap, byte_map, element_stride
+from ..looptree.ir import Acc, Access, Binary, Compute, Const, Dot, Load, LoopTree, Unary, expr_loads
+from .analysis import ByteMap, byte_map, dot_kind, element_stride
 from .values import RegisterFile, Shape, Val
 
 __all__ = ["Emitter", "Shape", "Val"]
@@ -42,6 +43,12 @@ class Emitter:
         self._bases: dict[int, tuple] = {}           # id(access) -> see _base
         self._kinds: dict[tuple, str] = {}           # (id(access), vector dim) -> load kind
         self.versions: dict[str, int] = {}      # buffer -> stores so far in this region
+        self._dot_k: dict[int, int] = {}        # id(access) of a Dot operand -> bytes per lane
+        self.int = False      # the statement being emitted computes in int32 (see begin)
+
+    def begin(self, stmt: Compute) -> None:
+        """The walk hands over instances of `stmt`: select integer or floating-point arithmetic."""
+        self.int = not DTYPES[self.tree.buffer(stmt.out.buffer).dtype].is_float
 
     # -- what the instruction set decides ------------------------------------------
     @classmethod
@@ -96,7 +103,9 @@ class Emitter:
         key = (id(access), shape.dim)
         kind = self._kinds.get(key)
         if kind is None:
-            kind = self._kinds[key] = "vec" if element_stride(self.bytemap(access), shape.dim) == 1 else "bcast"
+            stride = element_stride(self.bytemap(access), shape.dim)
+            k = self._dot_k.get(id(access))
+            kind = self._kinds[key] = dot_kind(stride, k) if k else ("vec" if stride == 1 else "bcast")
         return kind
 
     def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
@@ -146,6 +155,9 @@ class Emitter:
     def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs, position: int = 0) -> None:
         """Note the loads of one instance (the `position`-th of its region) before emitting it."""
         for e in exprs:
+            if isinstance(e, Dot):      # its operands' lanes are k-byte groups
+                for x in (e.a, e.b):
+                    self._dot_k[id(x.access)] = e.k
             for acc in expr_loads(e):
                 self.regs.note_use(self.load_key(acc, static, shape), position)
 
@@ -215,6 +227,15 @@ class Emitter:
     def accumulate(self, acc: int, stmt: Compute, static, shape: Shape, blend: bool) -> None:
         """acc = acc <reduce> expr, for one instance."""
         e = stmt.expr
+        if isinstance(e, Dot):
+            a = self.to_reg(self.eval(e.a, static, shape), shape)
+            self.regs.pinned.add(a.reg)
+            b = self.eval(e.b, static, shape, foldable=True)
+            self.dot(acc, e, a.reg, b, shape)
+            self._unpin(a)
+            self.free(a)
+            self.free(b)
+            return
         if stmt.reduce == "add" and isinstance(e, Binary) and e.op == "mul" and not blend:
             a = self.to_reg(self.eval(e.a, static, shape), shape)
             self.regs.pinned.add(a.reg)
@@ -280,6 +301,15 @@ class Emitter:
     def fma(self, acc: int, a: int, b: Val, shape: Shape) -> None:
         """acc += a * b."""
         raise NotImplementedError
+
+    def dot(self, acc: int, e: Dot, a: int, b: Val, shape: Shape) -> None:
+        """acc += e's k-term dot product in every int32 lane, by the registry entry `e.instr`."""
+        raise UnsupportedError(f"{type(self).__name__} has no tensorized dot products ({e.instr})")
+
+    def requant(self, reg: int, stmt: Compute, static: dict[str, int], shape: Shape) -> None:
+        """The int32 value in `reg` requantized as `stmt.requant` says (looptree.ir.Requant),
+        left in `reg` as int32 lanes within the output dtype's range, ready to be stored."""
+        raise UnsupportedError(f"{type(self).__name__} has no requantization epilogue")
 
     def unary(self, op: str, d: int, x: int, shape: Shape) -> None:
         """d = op(x); d may equal x."""

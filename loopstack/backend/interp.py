@@ -36,7 +36,7 @@ import numpy as np
 from ..dtypes import DTYPES
 from ..looptree import stats
 from ..looptree.ir import (
-    REDUCE_IDENTITY, Acc, Access, Binary, Compute, Const, Load, Loop, LoopTree, Unary,
+    REDUCE_IDENTITY, Acc, Access, Binary, Compute, Const, Dot, Load, Loop, LoopTree, Unary,
 )
 from .kernel_base import KernelBase
 
@@ -333,6 +333,12 @@ class InterpKernel(KernelBase):
         if isinstance(e, Unary):
             x = self._eval(e.x, stmt, pts, acc)
             return np.asarray(UNARY_FUNCS[e.op](x)).astype(ct, copy=False)
+        if isinstance(e, Dot):
+            total = 0
+            for t in range(e.k):
+                xa, xb = e.shifted(t)
+                total = total + self._eval(Load(xa), stmt, pts) * self._eval(Load(xb), stmt, pts)
+            return np.asarray(total).astype(ct, copy=False)
         if isinstance(e, Binary):
             a = self._eval(e.a, stmt, pts, acc)
             b = self._eval(e.b, stmt, pts, acc)

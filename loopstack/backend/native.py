@@ -28,11 +28,12 @@ import numpy as np
 
 from ..errors import ArgumentError, ScheduleError, UnsupportedError
 from ..isa.target import get_target
-from ..looptree.ir import Loop, LoopTree, loop_var, statements
+from ..looptree.ir import Dot, Loop, LoopTree, loop_var, statements
 from .kernel_base import KernelBase, allocate_storage
 from .constants import hoist_constant_packs
 from .nest import SegmentCompiler, max_accumulators
 from .rewrite import split_init_post, split_padded_nests, stage_padded_reads
+from .tensorize.apply import tensorize_for_target
 
 # the instruction selection of each architecture: (module, Emitter class, Assembler factory)
 _ISAS = {
@@ -118,6 +119,7 @@ def emit_native(tree: LoopTree, target, unroll_limit: int | None = None):
         raise ScheduleError(f"unroll_limit must be >= 0, got {limit}")
     isa, assembler = instruction_set(target)
     isa.check_tree(tree, target)
+    tree, _ = tensorize_for_target(tree, target)
     lowered, once = hoist_constant_packs(stage_padded_reads(split_padded_nests(tree)))
     lowered = split_init_post(lowered, isa.lanes(target), lambda s: max_accumulators(target, s))
     parallel = check_parallel(lowered)
@@ -175,6 +177,8 @@ class NativeKernel(KernelBase):
         super().__init__(tree)
         self.lowered = lowered
         self.target = target
+        # the tensorized instruction (backend.tensorize registry entry) its contraction runs on
+        self.tensorized = next((c.expr.instr for _, c in lowered.computes() if isinstance(c.expr, Dot)), None)
         self._segments = segments
         self._private = private
         self._threads = os.cpu_count() or 1

@@ -31,13 +31,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ScheduleError, UnsupportedError
-from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Load, Loop, LoopTree, loop_var, statements
+from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Dot, Load, Loop, LoopTree, loop_var, statements
 from .analysis import (
     VectorPlan, block_footprint, byte_map, chain_below, indexes_output, loop_delta, perfect_statement,
     reads_output, reduction_loops, subtree_size, trips, uses_heavy_math, vector_plan,
 )
 from .emitter import Emitter
 from .prefetch import LINE, prefetch_plans
+from .tensorize.registry import instruction
 from .values import Shape, Val
 
 UNROLL_REDUCTION = 2   # iterations per trip of a register block's innermost reduction loop
@@ -46,9 +47,11 @@ COUNTER_REGISTERS = 10  # registers left to loop counters before a prefetch poin
 
 def max_accumulators(target, stmt: Compute) -> int:
     """Vector registers a register block may take, leaving room to evaluate the statement
-    (exp, log and the like take 4 more temporaries)."""
+    (exp, log and the like take 4 more temporaries; a tensorized dot product the scratch
+    registers its implementation names)."""
     heavy = uses_heavy_math(stmt.expr) or uses_heavy_math(stmt.post) or uses_heavy_math(stmt.init)
-    return target.block_registers - (4 if heavy else 0)
+    scratch = instruction(stmt.expr.instr).scratch if isinstance(stmt.expr, Dot) else 0
+    return target.block_registers - (4 if heavy else 0) - scratch
 
 
 @dataclass
@@ -417,6 +420,7 @@ class SegmentCompiler:
         along = plan is None or plan.along_output
         keys = self._block_keys(chain, stmt, plan, ctx)
         em = self.em
+        em.begin(stmt)
         fused = all(lp in chain for lp in reduction_loops(stmt, self._stack_to(root) + tuple(chain)))
         accs: dict[int, int] = {}
         for static, shape in keys:
@@ -435,6 +439,7 @@ class SegmentCompiler:
         blk = Block(stmt, root, accs, along, inner, factor, alt)
         self.loop(root, ctx.child(block=blk))
         self.flush()
+        em.begin(stmt)
         if alt is not None:
             self._combine_sets(stmt, keys, accs, alt)
         for static, shape in keys:
@@ -591,6 +596,11 @@ class SegmentCompiler:
             if val.reg != reg:
                 em.copy(reg, val.reg, shape)
                 em.free(val)
+        if stmt.requant is not None:
+            if not fused:
+                raise UnsupportedError(f"statement {stmt.name}: a requantized sum is finished where its "
+                                       "reduction ends; keep its reduction loops inside one register block")
+            em.requant(reg, stmt, static, shape)
         self._store(reg, stmt.out, static, shape)
 
     def _store(self, reg, access, static, shape):
@@ -632,6 +642,7 @@ class SegmentCompiler:
                 versions[ins.stmt.out.buffer] = versions.get(ins.stmt.out.buffer, 0) + 1
         for ins, snap in zip(todo, snapshots):
             em.versions = snap
+            em.begin(ins.stmt)
             if ins.acc is not None:
                 em.accumulate(ins.acc, ins.stmt, ins.static, ins.shape, ins.blend)
             else:
@@ -649,6 +660,12 @@ class SegmentCompiler:
                 if res.reg != val.reg:
                     em.free(val)
                 val = res
+            if stmt.requant is not None:
+                if not val.owned:          # a cached load: requantize a copy
+                    reg = em.regs.alloc()
+                    em.copy(reg, val.reg, shape)
+                    val = Val(reg=reg, owned=True)
+                em.requant(val.reg, stmt, static, shape)
             em.store(val.reg, stmt.out, static, shape)
             em.free(val)
             return
@@ -668,6 +685,10 @@ class SegmentCompiler:
             if val.reg != reg:
                 em.copy(reg, val.reg, shape)
                 em.free(val)
+        if stmt.requant is not None:
+            if stmt.init is None:
+                raise UnsupportedError(f"statement {stmt.name}: a requantized sum split over several nests")
+            em.requant(reg, stmt, static, shape)
         em.regs.pinned.discard(reg)
         em.store(reg, stmt.out, static, shape)
         em.regs.release(reg)

@@ -13,7 +13,7 @@ import time
 
 HELP = "benchmark the paper's workloads against numpy, PyTorch and Halide"
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-SUITE_CHOICES = ("paper", "mm", "conv", "dwconv", "mlp", "mbv3", "all")
+SUITE_CHOICES = ("paper", "mm", "conv", "dwconv", "mlp", "mbv3", "all", "int8")
 
 
 def add_arguments(parser) -> None:
@@ -286,6 +286,12 @@ def _reexec_single_threaded() -> None:
 
 def run(args) -> int:
     from ..errors import ArgumentError
+
+    if args.suite == "int8":            # quantized kernels and their own peers (commands/bench_int8.py)
+        _reexec_single_threaded()
+        from .bench_int8 import run as run_int8
+
+        return run_int8(args)
 
     if args.threads != 1:
         raise ArgumentError(f"--threads {args.threads}: only single-threaded runs are supported (--threads 1)")

@@ -189,6 +189,29 @@ class Binary:
         return f"{self.op}({self.a}, {self.b})"
 
 
+@dataclass(frozen=True)
+class Dot(Binary):
+    """The k-term dot product that one lane of a tensorized instruction computes:
+
+        sum over t < k of a[..., i + t] * b[..., j + t]
+
+    (`t` added to each operand's last index: k consecutive elements). `a` and `b` are Loads of
+    8-bit buffers; `instr` names the registry entry (backend.tensorize) the rewriter matched,
+    which the code generators emit. A Dot is only ever the whole expression of an int32 `+=`
+    statement: the rewriter's output, never the frontend's."""
+
+    k: int = 4
+    instr: str = ""
+
+    def shifted(self, t: int) -> tuple["Access", "Access"]:
+        """The accesses of term `t`."""
+        return tuple(Access(x.access.buffer, x.access.index[:-1] + (replace(x.access.index[-1],
+                     const=x.access.index[-1].const + t),), x.access.zero_pad) for x in (self.a, self.b))
+
+    def __str__(self) -> str:
+        return f"dot{self.k}({self.a}, {self.b})"
+
+
 Expr = Union[Load, Const, Acc, Unary, Binary]
 
 
@@ -199,7 +222,7 @@ def substitute_acc(e: Expr, value: Expr) -> Expr:
     if isinstance(e, Unary):
         return Unary(e.op, substitute_acc(e.x, value))
     if isinstance(e, Binary):
-        return Binary(e.op, substitute_acc(e.a, value), substitute_acc(e.b, value))
+        return replace(e, a=substitute_acc(e.a, value), b=substitute_acc(e.b, value))
     return e
 
 
@@ -270,7 +293,7 @@ def map_accesses(stmt: Compute, f) -> Compute:
         if isinstance(e, Unary):
             return Unary(e.op, expr(e.x))
         if isinstance(e, Binary):
-            return Binary(e.op, expr(e.a), expr(e.b))
+            return replace(e, a=expr(e.a), b=expr(e.b))     # a Dot stays a Dot
         return e
 
     init = stmt.init if isinstance(stmt.init, (str, type(None))) else expr(stmt.init)

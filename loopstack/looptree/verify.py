@@ -24,7 +24,7 @@ from ..dtypes import DTYPES
 from ..errors import BoundsError, DTypeError, ScheduleError, ShapeError, SymbolError, UnsupportedError
 from .ir import (
     ANNOTATIONS, BINARY_OPS, BUFFER_KINDS, REDUCE_OPS, UNARY_OPS,
-    Acc, Access, Affine, Binary, Compute, Const, Load, Loop, LoopTree, Unary,
+    Acc, Access, Affine, Binary, Compute, Const, Dot, Load, Loop, LoopTree, Unary,
 )
 from .stats import index_bounds
 
@@ -116,6 +116,8 @@ def _check_expr(e, where: str, allow_acc: bool, is_int: bool) -> None:
             raise DTypeError(f"{where}: unary op {e.op} needs a floating-point statement")
         _check_expr(e.x, where, allow_acc, is_int)
         return
+    if isinstance(e, Dot):
+        raise ScheduleError(f"{where}: a dot product is only ever a whole `+=` statement's expression")
     if isinstance(e, Binary):
         if e.op not in BINARY_OPS:
             raise UnsupportedError(f"{where}: unknown binary op {e.op!r} (known: {', '.join(BINARY_OPS)})")
@@ -151,7 +153,10 @@ def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: d
     # operators and expression shapes
     if comp.reduce is not None and comp.reduce not in REDUCE_OPS:
         raise UnsupportedError(f"{st}: unknown reduction {comp.reduce!r} (known: {', '.join(REDUCE_OPS)})")
-    _check_expr(comp.expr, st, allow_acc=False, is_int=is_int)
+    if isinstance(comp.expr, Dot):
+        _check_dot(comp, st, out, bufs)
+    else:
+        _check_expr(comp.expr, st, allow_acc=False, is_int=is_int)
     if comp.init is not None:
         if comp.reduce is None:
             raise ScheduleError(f"{st} has an init but no reduction")
@@ -206,10 +211,27 @@ def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: d
 
     # buffers, index counts and bounds
     _check_access(tree, stack, st, "writes", comp.out, bufs)
-    for acc in comp.reads():
+    reads = list(comp.reads())
+    if isinstance(comp.expr, Dot):     # its last term reads k - 1 elements past each access
+        reads += list(comp.expr.shifted(comp.expr.k - 1))
+    for acc in reads:
         if acc.buffer not in bufs:
             raise SymbolError(f"{st} reads unknown buffer {acc.buffer}")
         _check_access(tree, stack, st, "reads", acc, bufs)
+
+
+def _check_dot(comp: Compute, st: str, out, bufs: dict) -> None:
+    d = comp.expr
+    if comp.reduce != "add" or (out.dtype != "int32" and comp.requant is None):
+        raise ScheduleError(f"{st}: a dot product accumulates with += into int32 (here {comp.reduce} into {out.dtype})")
+    if not (isinstance(d.a, Load) and isinstance(d.b, Load)):
+        raise ScheduleError(f"{st}: a dot product multiplies two loads")
+    if not isinstance(d.k, int) or d.k < 1:
+        raise ShapeError(f"{st}: a dot product sums k >= 1 terms, not {d.k!r}")
+    for x in (d.a, d.b):
+        b = bufs.get(x.access.buffer)
+        if b is not None and b.dtype not in ("int8", "uint8"):
+            raise DTypeError(f"{st}: a dot product reads 8-bit integers; {b.name} is {b.dtype}")
 
 
 def _check_requant(comp: Compute, st: str, out, bufs: dict) -> None:

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from loopstack.backend import compile
 from loopstack.backend.tensorize import REGISTRY
-from loopstack.backend.x86.dot import SCRATCH, emit_dot
+from loopstack.backend.x86.dot import emit_dot
 from loopstack.isa import cpu
 from loopstack.isa.execmem import ExecutableCode, array_pointer
 from loopstack.isa.x86.assembler import Assembler
@@ -38,7 +38,7 @@ def _jit(instr):
     if instr.mnemonic == "vpmaddwd" and instr.dtypes()[0] == "uint8":
         mask = regs[7]
         asm.emit(load, mask, asm.const(np.full(instr.vector_bits // 16, 0x00FF, np.uint16)))
-    emit_dot(asm, instr, acc, a, b, [regs[3 + i] for i in range(SCRATCH[instr.mnemonic])], mask)
+    emit_dot(asm, instr, acc, a, b, [regs[3 + i] for i in range(instr.scratch)], mask)
     asm.emit(load, Mem(rdi), acc)
     asm.emit("vzeroupper")
     asm.emit("ret")

@@ -60,6 +60,7 @@ def test_rewritten_matmuls_are_exact(M, N_blocks, K, pair, which, bias, relu, se
     if relu:
         want = np.maximum(want, 0)
     rw = tensorize(tree, instr)
+    np.testing.assert_array_equal(_run(rw.matched, arrays), want)
     np.testing.assert_array_equal(_run(rw.tree, arrays), want)
 
 
@@ -80,6 +81,7 @@ def test_rewritten_convolutions_are_exact(C, H, K_blocks, R, stride, padding, di
     Wt = draw_ints(rng, pair[1], tree.buffer("Wt").shape)
     want = _run(tree, [X, Wt])
     rw = tensorize(tree, instr)
+    np.testing.assert_array_equal(_run(rw.matched, [X, Wt]), want)
     np.testing.assert_array_equal(_run(rw.tree, [X, Wt]), want)
     # the reference itself, independently of the interpreter: a direct numpy convolution
     x = X.astype(np.int64) if layout == "NCHW" else X.transpose(0, 3, 1, 2).astype(np.int64)
@@ -101,7 +103,8 @@ def test_the_rewrite_says_what_it_did():
     rw = tensorize(tree, instruction("vpdpbusd.zmm.bcst_a"))
     assert rw.steps == ("split n by 16", "split k by 4", "pad k from 10 to 12 with zeros",
                         "pack %B as [n/16][k/4][16][4]", "copy %A with k innermost, shifted by 128 to uint8",
-                        "compensate: init -= 128 * sum of %B over the reduction")
+                        "compensate: init -= 128 * sum of %B over the reduction",
+                        "vpdpbusd (vpdpbusd.zmm.bcst_a): 4 products per lane, 16 lanes")
     assert rw.match.loops["i"].dim == "n" and rw.match.loops["j"].dim == "k"
 
 

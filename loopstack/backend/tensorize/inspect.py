@@ -95,7 +95,7 @@ def inspect(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute, instr: Tenso
         return Mismatch(instr, f"statement {stmt.name} computes {stmt.expr}, not {desc.expr}")
     dtype_of = {b.name: b.dtype for b in tree.buffers}
     want = {b.name: b.dtype for b in instr.desc.buffers}
-    out_dtype = dtype_of[stmt.out.buffer]
+    out_dtype = "int32" if stmt.requant is not None else dtype_of[stmt.out.buffer]
     if out_dtype != want["acc"]:
         return Mismatch(instr, f"output %{stmt.out.buffer} is {out_dtype}; {instr.mnemonic} accumulates {want['acc']}")
     typed = [b for b in bindings if all(dtype_of[acc.buffer] == want[name] for name, acc in b.items())]

@@ -33,6 +33,7 @@ class TensorInstr:
     vector_bits: int                # register width the accumulator occupies (0: warp-wide)
     operands: tuple[tuple[str, str], ...]   # (description buffer, instruction operand role)
     notes: str = ""
+    scratch: int = 0                # vector registers its implementation needs besides its operands
     lanes: int = field(init=False)
     k: int = field(init=False)
 
@@ -70,11 +71,12 @@ _DOT_OPERANDS = (("acc", "dst"), ("a", "src1"), ("b", "src2"))
 
 def _x86_dot(name, mnemonic, bits, features, a_dtype="uint8", b_dtype="int8", notes=""):
     lanes = bits // 32
+    scratch = 4 if mnemonic == "vpmaddwd" else 0     # the widened halves of both operands
     # a broadcast operand is a 4-byte group repeated in every lane: vpbroadcastd into a
     # register (either source), or src2's embedded {1toN} memory broadcast
     return [
         TensorInstr(name + suffix, "x86_64", frozenset(features), dot_desc(lanes, 4, a_dtype, b_dtype, broadcast=bc),
-                    mnemonic, bits, _DOT_OPERANDS, notes + (f" {bc} broadcast" if bc else ""))
+                    mnemonic, bits, _DOT_OPERANDS, notes + (f" {bc} broadcast" if bc else ""), scratch)
         for suffix, bc in (("", None), (".bcst_a", "a"), (".bcst_b", "b"))
     ]
 
@@ -99,6 +101,11 @@ REGISTRY: tuple[TensorInstr, ...] = tuple(
     + _x86_dot("avx2.dot.u8s8", "vpmaddwd", 256, {"avx2"},
                notes="bytes widened to 16 bits (u8 zero-, s8 sign-extended in place), two vpmaddwd, exact;")
     + _x86_dot("avx2.dot.s8s8", "vpmaddwd", 256, {"avx2"}, a_dtype="int8",
+               notes="both operands sign-extended, exact;")
+    # the same exact path in zmm registers, for AVX-512 CPUs without VNNI (Skylake-X)
+    + _x86_dot("avx512bw.dot.u8s8", "vpmaddwd", 512, {"avx512bw"},
+               notes="bytes widened to 16 bits, two vpmaddwd, exact;")
+    + _x86_dot("avx512bw.dot.s8s8", "vpmaddwd", 512, {"avx512bw"}, a_dtype="int8",
                notes="both operands sign-extended, exact;")
     + _a64_dot(True) + _a64_dot(False)
     + [

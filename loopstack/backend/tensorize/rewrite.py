@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from ...errors import ScheduleError, UnsupportedError
 from ...looptree.builders import nest
-from ...looptree.ir import Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree
+from ...looptree.ir import Access, Affine, Binary, Buffer, Compute, Const, Dot, Load, Loop, LoopTree
 from .inspect import Match, _bind, inspect
 from .registry import TensorInstr
 
@@ -31,7 +31,8 @@ SHIFT = 128   # int8 -> uint8: a + 128; sum(a * b) = sum((a + 128) * b) - 128 * 
 
 @dataclass(frozen=True)
 class Rewrite:
-    tree: LoopTree
+    tree: LoopTree              # the instruction form: the matched loops replaced by one Dot per lane
+    matched: LoopTree           # the same before that step: the instruction's loops innermost
     match: Match
     steps: tuple[str, ...]      # what was done, in words (shown by `loopstack show` and the TUI)
 
@@ -57,8 +58,15 @@ def _scaled(ix: Affine, coeff: int) -> list[tuple[str, int]]:
     return [(n, c * coeff) for n, c in ix.terms]
 
 
-def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]] | None = None) -> Rewrite:
-    """`tree` (one contraction) rewritten so `instr` computes its innermost loops."""
+def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]] | None = None,
+              block: tuple[int, int] | None = None) -> Rewrite:
+    """`tree` (one contraction) rewritten so `instr` computes its innermost loops.
+
+    The loops above the instruction's are `outer` ((dim, step) pairs, outermost first), or by
+    default each output dimension, then the lanes by the instruction's width, the other reduction
+    dimensions and the reduction by k. `block=(rows, panels)` asks instead for a register block
+    of `rows` points of the output's innermost other dimension by `panels` vectors of lanes, the
+    whole reduction inside it — the shape of an FMA kernel's block, for the code generators."""
     stmts = list(tree.computes())
     if len(stmts) != 1:
         raise UnsupportedError(f"tensorize takes a tree of one contraction; this one has {len(stmts)} statements")
@@ -69,7 +77,7 @@ def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]
         raise UnsupportedError(f"statement {stmt.name} is not a sum of products")
     want = {b.name: b.dtype for b in instr.desc.buffers}
     dtype_of = {b.name: b.dtype for b in tree.buffers}
-    if dtype_of[stmt.out.buffer] != want["acc"]:
+    if accumulation_dtype(tree, stmt) != want["acc"]:
         raise UnsupportedError(f"{instr.name} accumulates {want['acc']}; %{stmt.out.buffer} is {dtype_of[stmt.out.buffer]}")
 
     candidates = []      # (binding, compensate): exact dtypes first, then the compensated form
@@ -87,13 +95,13 @@ def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]
     errors = []
     for binding, compensate in candidates:
         try:
-            return _rewrite(tree, stmt, instr, binding, compensate, outer)
+            return _rewrite(tree, stmt, instr, binding, compensate, outer, block)
         except (UnsupportedError, ScheduleError) as e:
             errors.append(e)
     raise errors[0]
 
 
-def _rewrite(tree, stmt, instr, binding, compensate, outer) -> Rewrite:
+def _rewrite(tree, stmt, instr, binding, compensate, outer, block) -> Rewrite:
     if compensate and stmt.init is None:
         raise UnsupportedError(f"statement {stmt.name} accumulates into %{stmt.out.buffer}'s values; the int8 "
                                "compensation needs an init (identity or a bias)")
@@ -154,8 +162,11 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer) -> Rewrite:
     vp = fresh(f"{vec.buffer}_packed")
     buffers.append(Buffer(vp, vbuf.dtype, (lane_o_stride * (sizes[lane] // L),), "temp"))
 
-    def packed_index(lane_o, lane_i, r_o, r_i):
-        terms = [(lane_o, lane_o_stride // L), (lane_i, K), (r_o, L), (r_i, 1)]
+    def packed_index(lane_outer, lane_i, r_outer, r_i):
+        """The packed element of loops `lane_outer` / `r_outer` (whose offsets are multiples of L
+        / K) and the innermost lane and reduction loops `lane_i`, `r_i` (their "@var" names)."""
+        terms = ([(v, lane_o_stride // L) for v in lane_outer] + [(lane_i, K)]
+                 + [(v, L) for v in r_outer] + [(r_i, 1)])
         for p in others:
             terms += _scaled(vec.index[p], other_strides[p])
         return Access(vp, (Affine.of(*terms, const=sum(vec.index[p].const * other_strides[p] for p in others)),))
@@ -165,7 +176,7 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer) -> Rewrite:
     pack_order = [(lane, L)] + [(d, 1) for d in other_dims] + [(r, K), (lane, 1), (r, 1)]
     pack_vars = [fresh(f"{d}_p") for d, _ in pack_order]
     lo, *_, ro, li, ri = pack_vars
-    pack_stmt = Compute(fresh("pack"), packed_index("@" + lo, "@" + li, "@" + ro, "@" + ri),
+    pack_stmt = Compute(fresh("pack"), packed_index(["@" + lo], "@" + li, ["@" + ro], "@" + ri),
                         Load(replace(vec, zero_pad=vec.zero_pad or pad)))
     body = [nest(pack_order, pack_stmt, names=pack_vars)]
     steps.append(f"pack %{vec.buffer} as [{lane}/{L}]{''.join(f'[{vbuf.shape[p]}]' for p in others)}"
@@ -214,15 +225,28 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer) -> Rewrite:
         steps.append(f"compensate: init -= 128 * sum of %{vec.buffer} over the reduction")
 
     # -- the contraction, its instruction loops innermost ---------------------------------------
-    if outer is None:
-        outer = ([(d, 1) for d in out_dims if d != lane and d in dims] + [(lane, L)]
-                 + [(d, 1) for d in red_dims if d != r] + [(r, K)])
+    out_others = [d for d in out_dims if d != lane and d in dims]
+    rows_dim = next((n for ix in reversed(stmt.out.index) for n in ix.names() if n in out_others and sizes[n] > 1), None)
+    if outer is None and block is not None and rows_dim is not None:
+        rows, panels = block
+        outer = ([(d, 1) for d in out_others if d != rows_dim] + [(lane, L * panels), (rows_dim, rows)]
+                 + [(d, 1) for d in red_dims if d != r] + [(r, K), (rows_dim, 1), (lane, L)])
+    elif outer is None:
+        outer = [(d, 1) for d in out_others] + [(lane, L)] + [(d, 1) for d in red_dims if d != r] + [(r, K)]
     order = list(outer) + [(lane, 1), (r, 1)]
     vars_ = [fresh(f"{d}{i}") for i, (d, _) in enumerate(order)]
     var_of = dict(zip(vars_, order))
-    lane_o = next(v for v, (d, s) in var_of.items() if d == lane and s == L)
-    r_o = next(v for v, (d, s) in var_of.items() if d == r and s == K)
-    new_vec = packed_index("@" + lane_o, "@" + vars_[-2], "@" + r_o, "@" + vars_[-1])
+    # every loop over the lanes (the reduction) above the innermost one steps by whole vectors
+    # (k-groups): the packed element is the sum of their offsets' contributions
+    lane_outer = [v for v, (d, st_) in list(var_of.items())[:-2] if d == lane]
+    r_outer = [v for v, (d, st_) in list(var_of.items())[:-2] if d == r]
+    for v in lane_outer + r_outer:
+        unit = L if var_of[v][0] == lane else K
+        if var_of[v][1] % unit:
+            raise ScheduleError(f"tensorize: loop {v} over {var_of[v][0]} steps by {var_of[v][1]}, "
+                                f"not a multiple of {unit}")
+    new_vec = packed_index(["@" + v for v in lane_outer], "@" + vars_[-2], ["@" + v for v in r_outer],
+                           "@" + vars_[-1])
     operands = {bname: new_bc, vname: new_vec}
     expr = _rebind(instr.stmt.expr, stmt.expr, binding, operands)
     main = replace(stmt, expr=expr, init=init)
@@ -244,16 +268,46 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer) -> Rewrite:
         copy = Compute(fresh("unblock"), Access(obuf.name, tuple(dst)), Load(Access(blocked, tuple(Affine.of(c) for c in cdims))))
         copy_back = nest([(c, 1) for c in cdims], copy, names=[fresh(c + "_l") for c in cdims])
         steps.append(f"accumulate %{obuf.name} with {lane} innermost, then copy it into place")
-    body.append(nest(order, main, names=vars_))
-    if copy_back is not None:
-        body.append(copy_back)
-    new = LoopTree(tuple(buffers), tuple(dims.items()), tuple(body))
+    def tree_with(contraction):
+        nodes = body + [contraction] + ([copy_back] if copy_back is not None else [])
+        return LoopTree(tuple(buffers), tuple(dims.items()), tuple(nodes))
 
-    (stack, s), = [(st_, c) for st_, c in new.computes() if c.name == stmt.name]
-    m = inspect(new, stack, s, instr)
+    matched = tree_with(nest(order, main, names=vars_))
+    (stack, s), = [(st_, c) for st_, c in matched.computes() if c.name == stmt.name]
+    m = inspect(matched, stack, s, instr)
     if not m:
         raise ScheduleError(f"tensorize: the rewritten loops do not match {instr.name}: {m.reason}")
-    return Rewrite(new, m, tuple(steps))
+
+    # the instruction form: the reduction's inner loop becomes the Dot's k terms, so the is addressed by its outer loop's offset alone
+    # reduction dimension is addressed by its outer loop's offset alone; the lane loop's own
+    # offset becomes the lane dimension less its outer loop's (a vectorised loop is addressed
+    # by its dimension)
+    r_i, lane_i = vars_[-1], vars_[-2]
+    def drop_inner(acc: Access) -> Access:
+        def terms(ix):
+            for n, c in ix.terms:
+                if n == "@" + r_i:
+                    continue
+                if n == r:                  # r = the outer reduction loops' offsets
+                    for v in r_outer:
+                        yield "@" + v, c
+                elif n == "@" + lane_i:     # the lane loop's offset = lane - the outer ones'
+                    yield lane, c
+                    for v in lane_outer:
+                        yield "@" + v, -c
+                else:
+                    yield n, c
+        return Access(acc.buffer, tuple(Affine.of(*terms(ix), const=ix.const) for ix in acc.index), acc.zero_pad)
+    desc_side = {bname: new_bc, vname: new_vec}
+    dot = Dot("dot", Load(drop_inner(desc_side["a"])), Load(drop_inner(desc_side["b"])), k=K, instr=instr.name)
+    steps.append(f"{instr.mnemonic} ({instr.name}): {K} products per lane, {L} lanes")
+    instr_form = tree_with(nest(order[:-1], replace(main, expr=dot), names=vars_[:-1]))
+    return Rewrite(instr_form, matched, m, tuple(steps))
+
+
+def accumulation_dtype(tree: LoopTree, stmt) -> str:
+    """The type a statement's sum is held in: int32 under a requantized int8 output."""
+    return "int32" if stmt.requant is not None else tree.buffer(stmt.out.buffer).dtype
 
 
 def _index_range(ix: Affine, dims: dict[str, int]) -> tuple[int, int]:

@@ -16,14 +16,10 @@ from __future__ import annotations
 from ...errors import UnsupportedError
 from ...isa.x86.operands import Vec
 
-# scratch registers each implementation needs (the AVX2 path: two widened operand halves
-# per operand, and the 0x00FF word mask for zero-extending unsigned even bytes)
-SCRATCH = {"vpdpbusd": 0, "{vex} vpdpbusd": 0, "vpmaddwd": 4}
-
-
 def emit_dot(asm, instr, acc: Vec, a: Vec, b, scratch: list[Vec], byte_mask=None) -> None:
-    """`acc += dot(a, b)` as `instr` defines it. `byte_mask` (AVX2 path, unsigned `a` only) holds
-    0x00FF in every 16-bit word; `scratch` gives `SCRATCH[instr.mnemonic]` free registers."""
+    """`acc += dot(a, b)` as `instr` defines it. `byte_mask` (the widening path, unsigned `a` only: a
+    register or memory) holds 0x00FF in every 16-bit word; `scratch` gives `instr.scratch` free
+    registers."""
     if instr.isa != "x86_64":
         raise UnsupportedError(f"{instr.name} is not an x86 instruction")
     if instr.mnemonic == "vpdpbusd":
@@ -45,13 +41,13 @@ def _widen(asm, src: Vec, even: Vec, odd: Vec, signed: bool, byte_mask) -> None:
     else:
         if byte_mask is None:
             raise UnsupportedError("the AVX2 dot of unsigned bytes needs the 0x00FF word mask register")
-        asm.emit("vpand", even, src, byte_mask)
+        asm.emit("vpandd" if src.bits == 512 else "vpand", even, src, byte_mask)
         asm.emit("vpsrlw", odd, src, 8)
 
 
 def _avx2_dot(asm, instr, acc, a, b, scratch, byte_mask) -> None:
-    if len(scratch) < SCRATCH["vpmaddwd"]:
-        raise UnsupportedError(f"{instr.name} needs {SCRATCH['vpmaddwd']} scratch registers")
+    if len(scratch) < instr.scratch:
+        raise UnsupportedError(f"{instr.name} needs {instr.scratch} scratch registers")
     if not isinstance(b, Vec):
         raise UnsupportedError(f"{instr.name} reads both operands from registers")
     a_dtype, b_dtype, _ = instr.dtypes()
@@ -62,3 +58,29 @@ def _avx2_dot(asm, instr, acc, a, b, scratch, byte_mask) -> None:
     asm.emit("vpmaddwd", ao, ao, bo)
     asm.emit("vpaddd", acc, acc, ae)
     asm.emit("vpaddd", acc, acc, ao)
+
+
+def dot_probe_code(instr, chains: int = 12) -> bytes:
+    """`void probe(int64_t n)`: n iterations of `chains` independent accumulators updated by
+    `instr` (12 for the one-instruction forms; 8 for the widening path, whose scratch registers
+    take the rest) — the int8 peak this CPU reaches with that instruction."""
+    from ...isa.x86.assembler import Assembler
+    from ...isa.x86.operands import YMM, ZMM, rdi
+
+    regs = {512: ZMM, 256: YMM}[instr.vector_bits]
+    if instr.scratch:
+        chains = min(chains, 8)
+    asm = Assembler()
+    asm.emit("vzeroall")                 # zero sources: the sums stay 0, no data dependence on memory
+    a, b = regs[chains], regs[chains + 1]
+    scratch = [regs[chains + 2 + i] for i in range(instr.scratch)]
+    mask = asm.const(bytes([0xFF, 0x00]) * (instr.vector_bits // 16), align=instr.vector_bits // 8)
+    top = asm.label("loop")
+    asm.bind(top)
+    for i in range(chains):
+        emit_dot(asm, instr, regs[i], a, b, scratch, mask.with_bits(instr.vector_bits))
+    asm.emit("dec", rdi)
+    asm.emit("jne", top)
+    asm.emit("vzeroupper")
+    asm.emit("ret")
+    return asm.bytes()

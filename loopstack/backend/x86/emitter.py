@@ -16,7 +16,7 @@ from ...looptree.ir import REDUCE_IDENTITY, Access, LoopTree
 from ..emitter import Emitter
 from ..values import Shape, Val
 from .values import vreg
-from . import vmath
+from . import integer, vmath
 
 ARITH = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "max": "vmax", "min": "vmin"}
 CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
@@ -47,10 +47,8 @@ class X86Emitter(Emitter):
     @classmethod
     def check_tree(cls, tree: LoopTree, target) -> None:
         for b in tree.buffers:
-            if b.dtype not in ("float32", "float16"):
-                raise UnsupportedError(
-                    f"the x86 backend computes in float32 (storage float32 or float16); buffer %{b.name} is "
-                    f"{b.dtype} (use target='interp' for integer programs)")
+            if b.dtype not in ("float32", "float16") and b.dtype not in integer.INT_DTYPES:
+                raise UnsupportedError(f"the x86 backend has no {b.dtype} arithmetic (buffer %{b.name})")
 
     # -- registers and operands ------------------------------------------------
     def v(self, num: int, shape: Shape) -> Vec:
@@ -63,7 +61,11 @@ class X86Emitter(Emitter):
         return Mem(pointer, disp=disp)
 
     def memory_operand(self, m, kind: str, shape: Shape, dtype: str):
-        if dtype != "float32":
+        if dtype in ("int8", "uint8"):          # a Dot operand: whole vectors, or a 4-byte group
+            if kind == "vec" and not shape.masked:
+                return m
+            return m.bcst(32) if kind == "bcast" and self.avx512 else None
+        if dtype != "float32" or (self.int and kind == "scalar"):
             return None
         if kind == "scalar" or (kind == "vec" and not shape.masked):
             return m
@@ -72,7 +74,7 @@ class X86Emitter(Emitter):
         return None
 
     def const_operand(self, value: float):
-        return self.const(value)
+        return integer.const(self, value) if self.int else self.const(value)
 
     def const(self, value: float) -> Mem:
         """A full vector of `value` in the constant pool (also read as a scalar)."""
@@ -84,6 +86,9 @@ class X86Emitter(Emitter):
         return m
 
     def load_const(self, reg: int, value: float, shape: Shape) -> None:
+        if self.int:
+            integer.load_const(self, reg, value, shape)
+            return
         r = self.v(reg, shape)
         if value == 0.0 and str(value) == "0.0":
             self.asm.emit("vxorps", r, r, r)
@@ -139,6 +144,9 @@ class X86Emitter(Emitter):
 
     def load_into(self, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None:
         a = self.asm
+        if dtype in integer.INT_DTYPES:
+            integer.load_into(self, reg, m, kind, shape, dtype)
+            return
         if dtype == "float16":
             x = vreg(reg, 128)
             if kind == "vec" and not shape.masked:
@@ -172,6 +180,9 @@ class X86Emitter(Emitter):
         m = Mem(base[1], disp=self._displacement(base, static))
         dtype = base[4]
         src = self.v(reg, shape)
+        if dtype in integer.INT_DTYPES:
+            integer.store(self, reg, m, dtype, shape)
+            return
         if dtype == "float16":
             if shape.vector and not shape.masked:
                 a.emit("vcvtps2ph", m.with_bits(self.bits // 2), src, 0)
@@ -228,6 +239,8 @@ class X86Emitter(Emitter):
 
     def blend_identity(self, val: Val, reduce: str, shape: Shape) -> None:
         """Lanes past a reduction tail must not contribute: set them to the identity."""
+        if self.int:
+            raise UnsupportedError("integer reductions along a vector are not vectorised on x86")
         if not val.owned:
             reg = self.regs.alloc()
             self.asm.emit("vmovaps", self.v(reg, shape), self.v(val.reg, shape))
@@ -268,6 +281,13 @@ class X86Emitter(Emitter):
 
     # -- values into registers, arithmetic -------------------------------------------
     def load_operand(self, reg: int, operand, shape: Shape) -> None:
+        if self.int:
+            if operand.broadcast:
+                self.asm.emit("vpbroadcastd", self.v(reg, shape), operand.with_bits(32))
+            else:
+                self.asm.emit(integer._vec_move(self) if shape.vector else "vmovdqu", self.v(reg, shape),
+                              operand.with_bits(self.bits if shape.vector else 128))
+            return
         if operand.broadcast:
             self.asm.emit("vbroadcastss", self.v(reg, shape), operand.with_bits(32))
         else:
@@ -278,13 +298,28 @@ class X86Emitter(Emitter):
         self.asm.emit("vmovaps", self.v(dst, shape), self.v(src, shape))
 
     def arith(self, op: str, d: int, a: int, b: Val, shape: Shape) -> None:
+        if self.int:
+            integer.arith(self, op, d, a, b, shape)
+            return
         self.asm.emit(ARITH[op] + self.suffix(shape), self.v(d, shape), self.v(a, shape), self.operand(b, shape))
 
     def fma(self, acc: int, a: int, b: Val, shape: Shape) -> None:
+        if self.int:
+            integer.fma(self, acc, a, b, shape)
+            return
         self.asm.emit("vfmadd231" + self.suffix(shape), self.v(acc, shape), self.v(a, shape), self.operand(b, shape))
 
     def unary(self, op: str, d: int, x: int, shape: Shape) -> None:
+        if self.int:
+            integer.unary(self, op, d, x, shape)
+            return
         vmath.unary(self, op, d, x, shape)
+
+    def dot(self, acc: int, e, a: int, b: Val, shape: Shape) -> None:
+        integer.dot(self, acc, e, a, b, shape)
+
+    def requant(self, reg: int, stmt, static, shape: Shape) -> None:
+        integer.requant(self, reg, stmt, static, shape)
 
     # -- the function ---------------------------------------------------------------
     def prologue(self, slots: dict[str, int]) -> None:

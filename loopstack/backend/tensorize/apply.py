@@ -1,0 +1,63 @@
+"""Which tensorized instruction a compile uses: the code generators' one entry into the registry.
+
+`tensorize_for_target(tree, target)` rewrites a tree whose one statement is an integer
+contraction (8-bit operands, int32 accumulation, optionally requantized) with the widest
+registry entry the target runs that the rewriter can apply, and returns the tree unchanged
+when none applies (its integer code is then emitted as it stands: correct, not tensorized).
+An instruction set is used only where the target may assume it: a target's own features, plus
+the extensions listed here when the host running the compile has them (a compile for another
+machine names that machine's target and gets its baseline).
+"""
+from __future__ import annotations
+
+from ...errors import ScheduleError, UnsupportedError
+from ...looptree.ir import Binary, Load, LoopTree
+from .registry import TensorInstr, instructions_for
+from .rewrite import accumulation_dtype, tensorize
+
+# dot-product extensions a target's code may use when this CPU has them: VEX-encoded AVX-VNNI
+# runs wherever AVX2 code runs; EVEX AVX512_VNNI only beside AVX-512
+EXTENSIONS = {"avx2": frozenset({"avx_vnni"}), "avx512": frozenset({"avx512_vnni", "avx_vnni"})}
+
+
+def target_features(target) -> frozenset[str]:
+    from ...isa import cpu
+    from ..native import host_arch
+
+    feats = set(target.required)
+    if target.arch == host_arch():
+        feats |= EXTENSIONS.get(target.name, frozenset()) & cpu.cpu_features()
+    return frozenset(f.lower() for f in feats)
+
+
+def is_integer_contraction(tree: LoopTree) -> bool:
+    stmts = list(tree.computes())
+    if len(stmts) != 1:
+        return False
+    _, s = stmts[0]
+    if s.reduce != "add" or accumulation_dtype(tree, s) != "int32":
+        return False
+    e = s.expr
+    return (isinstance(e, Binary) and e.op == "mul" and isinstance(e.a, Load) and isinstance(e.b, Load)
+            and all(tree.buffer(x.access.buffer).dtype in ("int8", "uint8") for x in (e.a, e.b)))
+
+
+def register_block(target, instr: TensorInstr) -> tuple[int, int]:
+    """(rows, vectors of lanes) of the accumulator block: up to 4 vectors wide (2 in 256-bit
+    registers), as many rows (at most 6) as the registers left by the instruction hold."""
+    panels = 4 if target.vector_bits >= 512 else 2
+    rows = max(1, min(6, (target.block_registers - instr.scratch) // panels))
+    return rows, panels
+
+
+def tensorize_for_target(tree: LoopTree, target) -> tuple[LoopTree, TensorInstr | None]:
+    if not is_integer_contraction(tree):
+        return tree, None
+    for instr in instructions_for(target.arch, target_features(target)):
+        if instr.broadcast is None or instr.vector_bits != target.vector_bits:
+            continue
+        try:
+            return tensorize(tree, instr, block=register_block(target, instr)).tree, instr
+        except (UnsupportedError, ScheduleError):
+            continue
+    return tree, None

@@ -1,0 +1,185 @@
+"""x86 instruction selection for statements that compute in int32 (see backend/emitter.py).
+
+Integer statements come in two kinds: tensorized contractions (a `Dot` per int32 lane, the
+rewriter's output, vectorised along the instruction's lanes) and everything else — the copies
+that pack and stage 8-bit operands, weight sums, element-wise integer arithmetic — which the
+walk emits as scalar instances (vector_plan vectorises floating-point and Dot statements only).
+Scalar integers live in lane 0 of an xmm register, so that one set of vector instructions
+(vpaddd, vpmulld, vpmaxsd, ...) serves both. 8-bit loads are widened to int32 (zero- or
+sign-extended by dtype) and 8-bit stores keep the low byte, as C's conversions do; a
+requantized value is already within its dtype's range when it is stored.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import UnsupportedError
+from ...isa.x86.operands import GPR8, Mem, eax
+from ...looptree.ir import Load
+from ..tensorize.registry import instruction
+from ..values import Shape, Val
+from .dot import emit_dot
+from .values import vreg
+
+INT_DTYPES = frozenset({"int32", "int8", "uint8"})
+ARITH = {"add": "vpaddd", "sub": "vpsubd", "mul": "vpmulld", "max": "vpmaxsd", "min": "vpminsd"}
+al = GPR8[0]
+
+
+def _vec_move(em) -> str:
+    return "vmovdqu32" if em.avx512 else "vmovdqu"
+
+
+def operand(em, val: Val, shape: Shape):
+    """A source operand: scalar integers read a whole xmm from memory (constants are full vectors)."""
+    if val.reg is not None:
+        return em.v(val.reg, shape)
+    if val.mem.broadcast:
+        return val.mem
+    return val.mem.with_bits(em.bits if shape.vector else 128)
+
+
+def const(em, value) -> Mem:
+    """A vector of the int32 `value` in the constant pool (infinite reduction identities clamp)."""
+    v = float(value)
+    if v in (float("inf"), float("-inf")):
+        v = np.iinfo(np.int32).max if v > 0 else np.iinfo(np.int32).min
+    return em.const_bits(int(v))
+
+
+def load_const(em, reg: int, value, shape: Shape) -> None:
+    r = em.v(reg, shape)
+    if float(value) == 0.0:
+        em.asm.emit("vpxor" if not em.avx512 else "vpxord", r, r, r)
+    else:
+        em.asm.emit(_vec_move(em) if shape.vector else "vmovd", r,
+                    const(em, value).with_bits(em.bits if shape.vector else 32))
+
+
+def load_into(em, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None:
+    a = em.asm
+    r = em.v(reg, shape)
+    if kind == "bcast":                       # an int32, or a Dot operand's 4-byte group
+        a.emit("vpbroadcastd", r, m.with_bits(32))
+        return
+    if kind == "scalar":
+        if dtype == "int32":
+            a.emit("vmovd", vreg(reg, 128), m.with_bits(32))
+        else:
+            a.emit("movsx" if dtype == "int8" else "movzx", eax, m.with_bits(8))
+            a.emit("vmovd", vreg(reg, 128), eax)
+        return
+    if shape.masked:
+        if dtype != "int32":
+            raise UnsupportedError("8-bit vector operands are loaded whole (a tensorized statement has no lane tail)")
+        if em.avx512:
+            a.emit("vmovdqu32", vreg(reg, 512).masked(em.mask(shape.lanes), zero=True), m.with_bits(512))
+        else:
+            a.emit("vmaskmovps", vreg(reg, 256), em.mask(shape.lanes), m.with_bits(256))
+        return
+    a.emit(_vec_move(em), r, m.with_bits(em.bits))      # int32 lanes, or a Dot operand's bytes
+
+
+def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
+    a = em.asm
+    if not shape.vector:
+        if dtype == "int32":
+            a.emit("vmovd", m.with_bits(32), vreg(reg, 128))
+        else:
+            a.emit("vmovd", eax, vreg(reg, 128))
+            a.emit("mov", m.with_bits(8), al)
+        return
+    if dtype == "int32":
+        if not shape.masked:
+            a.emit(_vec_move(em), m.with_bits(em.bits), em.v(reg, shape))
+        elif em.avx512:
+            a.emit("vmovdqu32", m.with_bits(512).masked(em.mask(shape.lanes)), vreg(reg, 512))
+        else:
+            a.emit("vmaskmovps", m.with_bits(256), em.mask(shape.lanes), em.v(reg, shape))
+        return
+    # int32 lanes to bytes (the value is already in range): AVX-512 truncates with vpmovdb
+    if em.avx512:
+        dst = m.with_bits(128)
+        if shape.masked:
+            dst = dst.masked(em.mask(shape.lanes))
+        a.emit("vpmovdb", dst, vreg(reg, 512))
+        return
+    if shape.masked:
+        raise UnsupportedError("an 8-bit AVX2 vector store has no lane tail (the tensorize rewrite leaves none)")
+    t = vreg(em.regs.alloc(), 256)
+    pack_bytes = "vpacksswb" if dtype == "int8" else "vpackuswb"
+    a.emit("vpackssdw", t, vreg(reg, 256), vreg(reg, 256))   # words 0-3 | 4-7, in each 128-bit half
+    a.emit("vpermq", t, t, 0x08)                              # words 0-7 in the low half
+    a.emit(pack_bytes, t.x, t.x, t.x)                         # bytes 0-7
+    a.emit("vmovq", m.with_bits(64), t.x)
+    em.regs.release(t.num)
+
+
+def arith(em, op: str, d: int, a: int, b: Val, shape: Shape) -> None:
+    if op not in ARITH:
+        raise UnsupportedError(f"integer {op} is not vectorised on x86 (add, sub, mul, max and min are)")
+    em.asm.emit(ARITH[op], em.v(d, shape), em.v(a, shape), operand(em, b, shape))
+
+
+def fma(em, acc: int, a: int, b: Val, shape: Shape) -> None:
+    t = em.regs.alloc()
+    em.asm.emit("vpmulld", em.v(t, shape), em.v(a, shape), operand(em, b, shape))
+    em.asm.emit("vpaddd", em.v(acc, shape), em.v(acc, shape), em.v(t, shape))
+    em.regs.release(t)
+
+
+def unary(em, op: str, d: int, x: int, shape: Shape) -> None:
+    a = em.asm
+    if op == "relu":
+        a.emit("vpmaxsd", em.v(d, shape), em.v(x, shape), const(em, 0).with_bits(em.bits if shape.vector else 128))
+    elif op == "abs":
+        a.emit("vpabsd", em.v(d, shape), em.v(x, shape))
+    elif op == "neg":
+        t = em.regs.alloc()
+        load_const(em, t, 0, shape)
+        a.emit("vpsubd", em.v(d, shape), em.v(t, shape), em.v(x, shape))
+        em.regs.release(t)
+    else:
+        raise UnsupportedError(f"unary {op} has no integer meaning on x86 (relu, abs and neg do)")
+
+
+def dot(em, acc: int, e, a: int, b: Val, shape: Shape) -> None:
+    instr = instruction(e.instr)
+    if not shape.vector or shape.masked:
+        raise UnsupportedError(f"{instr.name} runs on whole vectors of its {instr.lanes} lanes: vectorise the "
+                               "loop over them (the tensorize rewrite places it innermost)")
+    if instr.isa != "x86_64" or instr.vector_bits != em.bits:
+        raise UnsupportedError(f"{instr.name} is no {em.bits}-bit x86 instruction")
+    loaded = None
+    if b.reg is None and instr.mnemonic == "vpmaddwd":     # the widening path reads registers
+        b = loaded = em.to_reg(b, shape)
+    scratch = [em.regs.alloc() for _ in range(instr.scratch)]
+    mask = em.const_bits(0x00FF00FF).with_bits(em.bits)
+    emit_dot(em.asm, instr, em.v(acc, shape), em.v(a, shape), operand(em, b, shape),
+             [em.v(r, shape) for r in scratch], mask)
+    for r in scratch:
+        em.regs.release(r)
+    if loaded is not None:
+        em.free(loaded)
+
+
+def requant(em, reg: int, stmt, static: dict, shape: Shape) -> None:
+    """saturate(round_half_even(float32(acc) * scale) + zero_point), clamped in float before the
+    conversion (as MLAS does: equal for integer bounds, and never out of int32's range)."""
+    a = em.asm
+    rq = stmt.requant
+    v = em.v(reg, shape)
+    info = np.iinfo(em.tree.buffer(stmt.out.buffer).dtype)
+    bits = em.bits if shape.vector else 128
+    a.emit("vcvtdq2ps", v, v)
+    if isinstance(rq.scale, Load):
+        s = em.load(rq.scale.access, static, shape, foldable=False)
+        a.emit("vmulps", v, v, em.v(s.reg, shape))
+        em.free(s)
+    else:
+        a.emit("vmulps", v, v, em.const(float(rq.scale.value)).with_bits(bits))
+    a.emit("vmaxps", v, v, em.const(float(info.min - rq.zero_point)).with_bits(bits))
+    a.emit("vminps", v, v, em.const(float(info.max - rq.zero_point)).with_bits(bits))
+    a.emit("vcvtps2dq", v, v)                # rounds half to even (MXCSR's default mode)
+    if rq.zero_point:
+        a.emit("vpaddd", v, v, const(em, rq.zero_point).with_bits(bits))

@@ -1,0 +1,141 @@
+"""Quantized kernels, natively: random int8 matmuls and convolutions against numpy's int32.
+
+Each program compiles for every target this CPU runs, once with the instruction the compile
+picks (VNNI / AVX-VNNI where the CPU has them) and once with only the exact widening path
+(`vpmaddwd` on bytes widened to 16 bits); results must equal numpy's int32 arithmetic bit for
+bit, and a requantized output the reference interpreter's (itself bit-exact against
+onnxruntime, tests/unit/test_requant.py).
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from loopstack.backend import compile
+from loopstack.backend.tensorize import apply
+from loopstack.isa import cpu
+from loopstack.isa.target import get_target
+from loopstack.looptree.builders import access, conv2d_tree, make_tree, nest
+from loopstack.looptree.ir import Binary, Buffer, Compute, Const, Load, LoopTree, Requant, replace
+
+FEATURES = cpu.cpu_features()
+TARGETS = [t for t, need in (("avx2", "avx2"), ("avx512", "avx512f")) if need in FEATURES]
+PAIRS = [("uint8", "int8"), ("int8", "int8")]
+
+
+@pytest.fixture(params=["chosen", "widening"])
+def family(request, monkeypatch):
+    """`widening`: the compile may not use VNNI or AVX-VNNI, as on a CPU without them."""
+    if request.param == "widening":
+        monkeypatch.setattr(apply, "EXTENSIONS", {})
+    return request.param
+
+
+def ints(rng, dt, shape):
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max + 1, shape).astype(dt)
+
+
+def int8_matmul(M, N, K, a_dt, b_dt, bias=False, relu=False, requant=None):
+    out_dt = "int32" if requant is None else requant[2]
+    bufs = [Buffer("A", a_dt, (M, K), "input"), Buffer("B", b_dt, (K, N), "input")]
+    if bias:
+        bufs.append(Buffer("bias", "int32", (N,), "input"))
+    if requant is not None and np.ndim(requant[0]):
+        bufs.append(Buffer("S", "float32", (N,), "input"))
+    bufs.append(Buffer("C", out_dt, (M, N), "output"))
+    rq = None
+    if requant is not None:
+        scale, zp, _ = requant
+        rq = Requant(Load(access("S", "n")) if np.ndim(scale) else Const(float(scale)), zp)
+    stmt = Compute("C", access("C", "m", "n"), Binary("mul", Load(access("A", "m", "k")), Load(access("B", "k", "n"))),
+                   reduce="add", init=Load(access("bias", "n")) if bias else "identity",
+                   post=Binary("max", Const(0), __import__("loopstack").looptree.ir.Acc()) if relu else None,
+                   requant=rq)
+    return make_tree(bufs, {"m": M, "n": N, "k": K}, nest([("m", 1), ("n", 1), ("k", 1)], stmt))
+
+
+def run(tree, target, arrays):
+    outs = [np.zeros(b.shape, b.dtype) for b in tree.outputs]
+    kernel = compile(tree, target=target)
+    kernel(*arrays, *outs)
+    return kernel, outs[0]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(M=st.integers(1, 13), n_vec=st.integers(1, 5), n_extra=st.sampled_from([0, 0, 0, 3]), K=st.integers(1, 70),
+       pair=st.sampled_from(PAIRS), bias=st.booleans(), relu=st.booleans(), seed=st.integers(0, 2**31))
+def test_int8_matmuls_are_exact(target, family, M, n_vec, n_extra, K, pair, bias, relu, seed):
+    lanes = get_target(target).vector_bits // 32
+    N = n_vec * lanes + n_extra          # a width that is no whole vector runs untensorized, still exact
+    rng = np.random.default_rng(seed)
+    A, B = ints(rng, pair[0], (M, K)), ints(rng, pair[1], (K, N))
+    arrays = [A, B] + ([rng.integers(-50000, 50000, N).astype(np.int32)] if bias else [])
+    want = A.astype(np.int64) @ B.astype(np.int64) + (arrays[2] if bias else 0)
+    if relu:
+        want = np.maximum(want, 0)
+    kernel, got = run(int8_matmul(M, N, K, *pair, bias, relu), target, arrays)
+    np.testing.assert_array_equal(got, want)
+    if not n_extra:
+        assert kernel.tensorized is not None
+        assert ("dot" in kernel.tensorized) == (family == "widening" or not
+                                                 (FEATURES & {"avx512_vnni", "avx_vnni"}))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(M=st.integers(1, 9), n_vec=st.integers(1, 3), K=st.integers(1, 50), pair=st.sampled_from(PAIRS),
+       out_dt=st.sampled_from(["int8", "uint8"]), per_channel=st.booleans(), seed=st.integers(0, 2**31))
+def test_requantized_int8_matmuls_match_the_interpreter(target, family, M, n_vec, K, pair, out_dt, per_channel, seed):
+    N = n_vec * get_target(target).vector_bits // 32
+    rng = np.random.default_rng(seed)
+    scale = rng.uniform(1e-4, 2e-2, N).astype(np.float32) if per_channel else np.float32(rng.uniform(1e-4, 2e-2))
+    zp = int(ints(rng, out_dt, ()))
+    tree = int8_matmul(M, N, K, *pair, bias=True, requant=(scale, zp, out_dt))
+    A, B = ints(rng, pair[0], (M, K)), ints(rng, pair[1], (K, N))
+    arrays = [A, B, rng.integers(-5000, 5000, N).astype(np.int32)] + ([scale] if per_channel else [])
+    want = np.zeros((M, N), out_dt)
+    compile(tree, target="interp")(*arrays, want)
+    kernel, got = run(tree, target, arrays)
+    assert kernel.tensorized is not None
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(C=st.integers(1, 10), H=st.integers(3, 8), k_vec=st.integers(1, 2), R=st.integers(1, 3),
+       stride=st.integers(1, 2), padding=st.integers(0, 1), layout=st.sampled_from(["NCHW", "NHWC"]),
+       pair=st.sampled_from(PAIRS), seed=st.integers(0, 2**31))
+def test_int8_convolutions_are_exact(target, family, C, H, k_vec, R, stride, padding, layout, pair, seed):
+    assume(H + 2 * padding >= R)
+    K = k_vec * get_target(target).vector_bits // 32
+    base = conv2d_tree(1, C, H, H, K, R, R, stride=stride, padding=padding, layout=layout)
+    tree = LoopTree(tuple(replace(b, dtype={"X": pair[0], "Wt": pair[1], "Y": "int32"}[b.name]) for b in base.buffers),
+                    base.dims, base.body)
+    rng = np.random.default_rng(seed)
+    X, W = ints(rng, pair[0], tree.buffer("X").shape), ints(rng, pair[1], tree.buffer("Wt").shape)
+    want = np.zeros(tree.buffer("Y").shape, np.int32)
+    compile(tree, target="interp")(X, W, want)
+    kernel, got = run(tree, target, [X, W])
+    assert kernel.tensorized is not None
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_extremes_of_uint8_times_int8_do_not_saturate(target, family):
+    lanes = get_target(target).vector_bits // 32
+    A = np.full((3, 64), 255, np.uint8)
+    B = np.full((64, 2 * lanes), -128, np.int8)
+    kernel, got = run(int8_matmul(3, 2 * lanes, 64, "uint8", "int8"), target, [A, B])
+    assert (got == 64 * 255 * -128).all(), kernel.tensorized
+
+
+def test_the_int8_bench_agrees_with_onnxruntime_bit_for_bit():
+    pytest.importorskip("onnxruntime", reason="onnxruntime is the int8 bench's peer")
+    from loopstack.commands import bench_int8
+
+    rows = bench_int8.rows(runs=1, rounds=1, names={"GEMM-256", "QCONV-4", "QDWCONV-1"})
+    assert [r["name"] for r in rows] == ["GEMM-256", "QCONV-4", "QDWCONV-1"]
+    assert all(r["exact"] for r in rows), [(r["name"], r["exact"]) for r in rows]
+    assert rows[0]["gops"] > 0 and rows[0]["instr"] != "-"
+    assert "QCONV-4" in bench_int8.format_table(rows)
