@@ -34,6 +34,7 @@ buffer, so padding needs no special node.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Iterator, Union
 
 from ..dtypes import dtype as _dtype
@@ -71,6 +72,13 @@ class Affine:
         return Affine(tuple(sorted((n, c) for n, c in acc.items() if c != 0)), const)
 
     def names(self) -> tuple[str, ...]:
+        return self._names
+
+    # Derived facts of the frozen IR objects are computed once per object, on first use (a code
+    # generator asks for them thousands of times). They live in the instance __dict__, outside
+    # the dataclass fields, so equality, hashing, repr and `replace` are unchanged.
+    @cached_property
+    def _names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self.terms)
 
     def coeff(self, name: str) -> int:
@@ -134,8 +142,12 @@ class Access:
     index: tuple[Affine, ...]
     zero_pad: bool = False  # reads outside the buffer give 0 (only for reads)
 
-    def names(self) -> set[str]:
-        return {n for a in self.index for n in a.names()}
+    def names(self) -> frozenset[str]:
+        return self._names
+
+    @cached_property
+    def _names(self) -> frozenset[str]:
+        return frozenset(n for a in self.index for n in a.names())
 
     def __str__(self) -> str:
         pad = "pad " if self.zero_pad else ""
@@ -228,11 +240,16 @@ class Compute:
     post: Expr | None = None               # an Expr using Acc(), over output dims
 
     def reads(self) -> Iterator[Access]:
-        yield from expr_loads(self.expr)
+        return iter(self._reads)
+
+    @cached_property
+    def _reads(self) -> tuple[Access, ...]:
+        out = list(expr_loads(self.expr))
         if isinstance(self.init, (Load, Unary, Binary)):
-            yield from expr_loads(self.init)
+            out += expr_loads(self.init)
         if self.post is not None:
-            yield from expr_loads(self.post)
+            out += expr_loads(self.post)
+        return tuple(out)
 
     @property
     def is_copy(self) -> bool:
@@ -285,30 +302,45 @@ class LoopTree:
 
     # -- lookups ---------------------------------------------------------
     def buffer(self, name: str) -> Buffer:
-        for b in self.buffers:
-            if b.name == name:
-                return b
-        raise KeyError(name)
+        try:
+            return self._buffer_by_name[name]
+        except KeyError:
+            raise KeyError(name) from None
 
     def dim_size(self, dim: str) -> int:
-        for d, s in self.dims:
-            if d == dim:
-                return s
-        raise KeyError(dim)
+        try:
+            return self._dim_sizes[dim]
+        except KeyError:
+            raise KeyError(dim) from None
 
-    @property
+    # the lookups above and the buffer lists below are built once per tree (see Affine._names)
+    @cached_property
+    def _buffer_by_name(self) -> dict[str, Buffer]:
+        out: dict[str, Buffer] = {}
+        for b in self.buffers:
+            out.setdefault(b.name, b)          # the first of a name, as a scan would find
+        return out
+
+    @cached_property
+    def _dim_sizes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d, s in self.dims:
+            out.setdefault(d, s)
+        return out
+
+    @cached_property
     def inputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.kind == "input")
 
-    @property
+    @cached_property
     def outputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.kind == "output")
 
-    @property
+    @cached_property
     def temps(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.kind == "temp")
 
-    @property
+    @cached_property
     def arguments(self) -> tuple[Buffer, ...]:
         """The order in which a kernel takes its arrays: inputs, then outputs."""
         return self.inputs + self.outputs
