@@ -34,10 +34,28 @@ buffer, so padding needs no special node.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from typing import Iterator, Union
 
 from ..dtypes import dtype as _dtype
+
+
+class _derived:  # noqa: N801 - a decorator, like functools.cached_property (which takes a lock in 3.11)
+    """A fact computed from a frozen IR object on its first read and kept in the object's
+    __dict__, outside the dataclass fields (so equality, hashing, repr and `replace` are
+    unchanged): a code generator asks for the same facts thousands of times."""
+
+    __slots__ = ("fn", "name")
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = fn.__name__
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
+
 
 # ---------------------------------------------------------------------------
 # operator vocabularies (the backend's instruction selection keys on these names)
@@ -74,10 +92,7 @@ class Affine:
     def names(self) -> tuple[str, ...]:
         return self._names
 
-    # Derived facts of the frozen IR objects are computed once per object, on first use (a code
-    # generator asks for them thousands of times). They live in the instance __dict__, outside
-    # the dataclass fields, so equality, hashing, repr and `replace` are unchanged.
-    @cached_property
+    @_derived
     def _names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self.terms)
 
@@ -145,7 +160,7 @@ class Access:
     def names(self) -> frozenset[str]:
         return self._names
 
-    @cached_property
+    @_derived
     def _names(self) -> frozenset[str]:
         return frozenset(n for a in self.index for n in a.names())
 
@@ -217,13 +232,21 @@ def substitute_acc(e: Expr, value: Expr) -> Expr:
 
 def expr_loads(e: Expr) -> Iterator[Access]:
     """Every Access an expression reads, left to right."""
+    return iter(_loads(e))
+
+
+def _loads(e) -> tuple[Access, ...]:
+    # kept on each Unary and Binary node (in its __dict__, as _derived keeps facts): code
+    # generation asks every statement instance for its loads
     if isinstance(e, Load):
-        yield e.access
-    elif isinstance(e, Unary):
-        yield from expr_loads(e.x)
-    elif isinstance(e, Binary):
-        yield from expr_loads(e.a)
-        yield from expr_loads(e.b)
+        return (e.access,)
+    if isinstance(e, (Unary, Binary)):
+        d = e.__dict__
+        hit = d.get("_loads")
+        if hit is None:
+            hit = d["_loads"] = _loads(e.x) if isinstance(e, Unary) else _loads(e.a) + _loads(e.b)
+        return hit
+    return ()
 
 
 # ---------------------------------------------------------------------------
@@ -242,14 +265,14 @@ class Compute:
     def reads(self) -> Iterator[Access]:
         return iter(self._reads)
 
-    @cached_property
+    @_derived
     def _reads(self) -> tuple[Access, ...]:
-        out = list(expr_loads(self.expr))
+        out = _loads(self.expr)
         if isinstance(self.init, (Load, Unary, Binary)):
-            out += expr_loads(self.init)
+            out += _loads(self.init)
         if self.post is not None:
-            out += expr_loads(self.post)
-        return tuple(out)
+            out += _loads(self.post)
+        return out
 
     @property
     def is_copy(self) -> bool:
@@ -287,11 +310,17 @@ Node = Union[Loop, Compute]
 
 def statements(node: Node) -> Iterator[Compute]:
     """Every statement in a subtree, in program order."""
+    return iter(_statements(node))
+
+
+def _statements(node: Node) -> tuple[Compute, ...]:
     if isinstance(node, Compute):
-        yield node
-    else:
-        for n in node.body:
-            yield from statements(n)
+        return (node,)
+    d = node.__dict__                      # kept on the Loop, as _loads keeps loads
+    hit = d.get("_statements")
+    if hit is None:
+        hit = d["_statements"] = tuple(s for n in node.body for s in _statements(n))
+    return hit
 
 
 @dataclass(frozen=True)
@@ -313,34 +342,34 @@ class LoopTree:
         except KeyError:
             raise KeyError(dim) from None
 
-    # the lookups above and the buffer lists below are built once per tree (see Affine._names)
-    @cached_property
+    # the lookups above and the buffer lists below are built once per tree (see _derived)
+    @_derived
     def _buffer_by_name(self) -> dict[str, Buffer]:
         out: dict[str, Buffer] = {}
         for b in self.buffers:
             out.setdefault(b.name, b)          # the first of a name, as a scan would find
         return out
 
-    @cached_property
+    @_derived
     def _dim_sizes(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for d, s in self.dims:
             out.setdefault(d, s)
         return out
 
-    @cached_property
+    @_derived
     def inputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.kind == "input")
 
-    @cached_property
+    @_derived
     def outputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.kind == "output")
 
-    @cached_property
+    @_derived
     def temps(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.kind == "temp")
 
-    @cached_property
+    @_derived
     def arguments(self) -> tuple[Buffer, ...]:
         """The order in which a kernel takes its arrays: inputs, then outputs."""
         return self.inputs + self.outputs
