@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import importlib.util
 import math
 import time
@@ -75,8 +76,6 @@ class Target:
     @property
     def identity(self) -> str:
         """Stable key for tuning databases: target name, CPU brand and a hash of its features."""
-        import hashlib      # here, not at import: only the tuning database asks for identities
-
         features = ",".join(sorted(cpu.cpu_features()))
         digest = hashlib.sha256(f"{self.arch}|{features}|{self.l1d},{self.l2},{self.l3}".encode()).hexdigest()
         brand = "-".join(cpu.cpu_brand().split())

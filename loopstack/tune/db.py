@@ -17,8 +17,10 @@ another process, finds its schedules.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import sqlite3
 import time
 
 DEFAULT_PATH = os.path.join("~", ".cache", "loopstack", "tuning.db")
@@ -43,8 +45,6 @@ def program_key(graph) -> str:
     doc = json.loads(serialize(LoopTree(graph, default_schedule(graph))))
     canon = json.dumps({"sizes": doc["sizes"], "inputs": doc["inputs"], "nodes": doc["nodes"]},
                        sort_keys=True)
-    import hashlib     # sqlite3 and hashlib are imported when a database is used, not by every compile
-
     return hashlib.sha256(canon.encode()).hexdigest()[:32]
 
 
@@ -61,8 +61,6 @@ class TuningDB:
         d = os.path.dirname(self.path)
         if d:
             os.makedirs(d, exist_ok=True)
-        import sqlite3
-
         self.conn = sqlite3.connect(self.path)
         self.conn.executescript(_SCHEMA)
 
