@@ -263,16 +263,11 @@ class Compute:
     post: Expr | None = None               # an Expr using Acc(), over output dims
 
     def reads(self) -> Iterator[Access]:
-        return iter(self._reads)
-
-    @_derived
-    def _reads(self) -> tuple[Access, ...]:
-        out = _loads(self.expr)
+        yield from expr_loads(self.expr)
         if isinstance(self.init, (Load, Unary, Binary)):
-            out += _loads(self.init)
+            yield from expr_loads(self.init)
         if self.post is not None:
-            out += _loads(self.post)
-        return out
+            yield from expr_loads(self.post)
 
     @property
     def is_copy(self) -> bool:
