@@ -204,6 +204,8 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
         raise ArgumentError(f"unknown mapper {mapper!r}; known: {', '.join(MAPPERS)}")
     if start not in STARTS:
         raise ArgumentError(f"unknown start {start!r}; known: {', '.join(STARTS)}")
+    if per not in ("node", "core"):
+        raise ArgumentError(f"unknown per {per!r}; known: node (one measuring actor per node), core")
     config = config or TuneConfig.from_env()
     graph = program(tensor).graph
     base = LoopTree(graph, default_schedule(graph))
