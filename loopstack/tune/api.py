@@ -40,6 +40,8 @@ class TuneConfig:
     confirm_rounds: int = 5           # the database's best) in interleaved rounds (at least 1)
     min_gain: float = 0.02            # ... and replace the start only when their median beats its
                                       # by this share (less is within a shared machine's noise)
+    threads: int | None = None        # of a candidate's parallel loop (None: each measuring
+                                      # worker's share of its machine's cores; 1: single-threaded)
     seed: int = 0
 
     @staticmethod
@@ -218,7 +220,7 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
         if cluster is None:
             tgt = get_target(target)
             with WorkerPool(inputs, problem.reference, workers=workers, timeout=config.timeout_s,
-                            runs=config.runs, **kw) as pool:
+                            runs=config.runs, threads=config.threads, **kw) as pool:
                 # the cost models' peak (the reported one: see confirm)
                 return _search(problem, pool, tgt, tgt.identity, peak_gflops(tgt, seconds=0.3),
                                lambda: measure_peak(tgt))
@@ -253,7 +255,7 @@ def _tune_on_cluster(problem: _Problem, address: str, per: str, target, job_kw: 
 
     cfg = problem.config
     with connected(address), Fleet(problem.inputs, problem.reference, runs=cfg.runs, timeout=cfg.timeout_s,
-                                   per=per, target=target, **job_kw) as fleet:
+                                   per=per, target=target, threads=cfg.threads, **job_kw) as fleet:
         def search(kind):
             return _search(problem, kind.pool, kind.target, kind.identity, kind.peak_gflops, kind.pool.peak)
 

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..errors import ArgumentError, ClusterError, UnsupportedError
-from .measure import CRASH, ERROR, TIMEOUT, Measurement, measure_job, per_worker_threads, run_job
+from .measure import CRASH, ERROR, TIMEOUT, Measurement, measure_job, run_job, with_threads
 
 PER = ("node", "core")
 MAX_REQUEUES = 2        # a candidate whose node dies under it this often counts as a crash
@@ -275,10 +275,11 @@ class Fleet:
 
     `per`: "node" (one actor holding all of a node's CPUs; a parallel candidate uses them all)
     or "core" (one single-threaded actor per CPU: more candidates at once, each on one core).
-    `target`: a target name every node compiles for (None: each node's widest)."""
+    `target`: a target name every node compiles for (None: each node's widest).
+    `threads`: of a candidate's parallel loop (None: the CPUs its actor holds)."""
 
     def __init__(self, inputs, reference, runs: int = 10, timeout: float = 20.0, per: str = "node",
-                 target=None, job=measure_job, probe_s: float = 30.0):
+                 target=None, job=measure_job, probe_s: float = 30.0, threads: int | None = None):
         if per not in PER:
             raise ArgumentError(f"unknown per {per!r}; known: {', '.join(PER)}")
         ray = _ray()
@@ -298,7 +299,7 @@ class Fleet:
             node_id = node["NodeID"]
             host = node.get("NodeManagerHostname") or node.get("NodeManagerAddress", "?")
             actors, per_actor = (1, cpus) if per == "node" else (cpus, 1)
-            node_job = per_worker_threads(job, 1, per_actor)
+            node_job = with_threads(job, threads or per_actor)
             for k in range(actors):
                 label = f"{host}:{node_id[:8]}" + (f"/{k}" if per == "core" else "")
                 actor = cls.options(

@@ -87,16 +87,10 @@ def measure_job(text: str, inputs, reference, runs: int, target, floor: float = 
     return Measurement(float(gflops), OK, kernel.compile_ms)
 
 
-def threads_per_worker(workers: int, cores: int | None = None) -> int:
-    return max(1, (cores or os.cpu_count() or 1) // max(1, workers))
-
-
-def per_worker_threads(job, workers: int, cores: int | None = None):
-    """`job`, with the threads of a parallel loop set to each worker's share of the cores when
-    it is the standard measure_job (a job of one's own decides for itself)."""
-    if job is measure_job:
-        return partial(measure_job, threads=threads_per_worker(workers, cores))
-    return job
+def with_threads(job, threads: int):
+    """`job` measuring a loop annotated parallel on `threads` threads when it is the standard
+    measure_job (a job of one's own decides for itself)."""
+    return partial(measure_job, threads=max(1, threads)) if job is measure_job else job
 
 
 def run_job(job, text: str, inputs, reference, runs: int, target, floor: float) -> Measurement:
@@ -154,15 +148,16 @@ class _Slot:
 class WorkerPool:
     """`workers` measuring processes; `measure(trees)` returns one Measurement per tree, in order.
 
-    `floor`: GFLOPS below which a candidate's timing stops after its first calls (0: never)."""
+    `floor`: GFLOPS below which a candidate's timing stops after its first calls (0: never).
+    `threads`: of a candidate's parallel loop (None: each worker's share of the cores)."""
 
     def __init__(self, inputs, reference, workers: int = 1, timeout: float = 20.0, runs: int = 10,
-                 target=None, job=measure_job):
+                 target=None, job=measure_job, threads: int | None = None):
         self.inputs, self.reference = list(inputs), reference
         self.workers, self.timeout, self.runs, self.target = max(1, workers), timeout, runs, target
         # the cores shared out among the workers: a parallel candidate measured beside others
         # takes its share, not every core
-        self.job = per_worker_threads(job, self.workers)
+        self.job = with_threads(job, threads or (os.cpu_count() or 1) // self.workers)
         self.slots = [_Slot(self) for _ in range(self.workers)]
 
     def measure(self, trees, texts=None, floor: float = 0.0) -> list[Measurement]:
