@@ -42,3 +42,7 @@ class EncodingError(LoopstackError, ValueError):
 
 class ArgumentError(LoopstackError, ValueError):
     """Arrays passed to a kernel that are of the wrong shape, dtype, layout or writability."""
+
+
+class ClusterError(LoopstackError, RuntimeError):
+    """A cluster that cannot be reached, has no node to measure on, or lost every node."""
