@@ -6,9 +6,10 @@ a schedule is a replayable trace: `apply_actions(unscheduled, tree.actions) == t
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 
-from ..errors import ScheduleError
+from ..errors import LoopstackError, ScheduleError
 from .graph import GNode
 from .tree import LoopTree, NodeSchedule, extents, steps
 
@@ -413,12 +414,30 @@ def map_ref(new: LoopTree, old_ref: int, old: LoopTree) -> int:
 
 def apply_actions(tree: LoopTree, actions) -> LoopTree:
     """Replay a trace of actions (e.g. `other.actions`) on a tree."""
+    try:
+        actions = list(actions)
+    except TypeError:
+        raise ScheduleError(f"a schedule is a list of actions, got {actions!r}") from None
     for a in actions:
-        kind, args = (a.kind, a.args) if isinstance(a, Action) else (a[0], tuple(a[1]))
-        fn = PRIMITIVES.get(kind)
+        if isinstance(a, Action):
+            kind, args = a.kind, a.args
+        elif isinstance(a, (list, tuple)) and len(a) == 2 and isinstance(a[1], (list, tuple)):
+            kind, args = a[0], tuple(a[1])
+        else:
+            raise ScheduleError(f"malformed schedule action {a!r}: expected [kind, [arguments]]")
+        fn = PRIMITIVES.get(kind) if isinstance(kind, str) else None
         if fn is None:
             raise ScheduleError(f"unknown schedule action {kind!r}")
-        tree = fn(tree, *args)
+        try:
+            inspect.signature(fn).bind(tree, *args)
+        except TypeError:
+            raise ScheduleError(f"{kind}: wrong arguments {args!r}") from None
+        try:
+            tree = fn(tree, *args)
+        except (TypeError, ValueError, IndexError, KeyError) as e:
+            if isinstance(e, LoopstackError):
+                raise
+            raise ScheduleError(f"{kind}{args!r}: malformed arguments ({e})") from None
     return tree
 
 

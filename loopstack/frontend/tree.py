@@ -106,7 +106,9 @@ def check_annotations(tree, action=None) -> None:
     try:
         compile_tree(tree)
     except ScheduleError as e:
-        raise ScheduleError(f"{action or 'schedule'}: refused, the annotated loops would not compile: {e}") from None
+        what = "schedule" if action is None else action.kind + "".join(
+            f" L{a}" if isinstance(a, int) else f" {a!r}" for a in action.args)
+        raise ScheduleError(f"{what}: refused, the annotated loops would not compile: {e}") from None
     except LoopstackError:
         pass    # not the schedule's doing (an integer program has no x86 code); compile says so
 

@@ -20,7 +20,7 @@ from operator import is_
 
 import numpy as np
 
-from ...errors import ScheduleError, UnsupportedError
+from ...errors import LoopstackError, ScheduleError, UnsupportedError
 from ...isa.execmem import ExecutableCode, pointer_array
 from ...isa.target import get_target
 from ...isa.x86.assembler import Assembler
@@ -164,12 +164,24 @@ class X86Kernel(KernelBase):
             self._bind(arrays, checked)
         self._run()
 
+    def close(self) -> None:
+        """Unmap the kernel's code now (idempotent); calling it afterwards raises LoopstackError."""
+        for c, _, _ in self._segments:
+            c.close()
+        self._bound, self._run = _UNBOUND, None
+
+    @property
+    def closed(self) -> bool:
+        return any(c.closed for c, _, _ in self._segments)
+
     def _bind(self, arrays, checked: bool) -> None:
         """Check new arrays, build their pointer blocks (one per thread when a segment runs in
         parallel), pack their constants, and make the call that runs every step on them.
 
         The arrays are kept bound: while referenced, their ids cannot be reused and they cannot
         be resized, so the same objects passed again are the same memory and need no check."""
+        if self.closed:
+            raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
         if not checked:
             self.check_arguments(arrays)
         threads = self.threads if self._parallel else 1
