@@ -458,8 +458,18 @@ def _child(seed, index, targets, wfd):
         os._exit(0)
 
 
+def warm_up(targets) -> None:
+    """Compile one small kernel per target here, so that every forked child inherits the
+    instruction tables and CPU probes instead of building them again."""
+    s = lt.SymbolGenerator()
+    T = lt.Tensor(np.ones((3, 5), np.float32)).to(s.i, s.j).sum(s.j) + 1.0
+    for target in ["interp"] + list(targets):
+        T.numpy(target=target)
+
+
 def run_cases(seed: int, indices, targets, jobs: int = 1, timeout: float = 60.0, progress=None):
     """Run each case in a forked child; returns the list of results (with crash and hang)."""
+    warm_up(targets)
     pending = list(indices)
     running: dict[int, tuple] = {}      # pid -> (index, read fd, start, chunks)
     results = []
