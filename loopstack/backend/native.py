@@ -26,7 +26,7 @@ from operator import is_
 
 import numpy as np
 
-from ..errors import ArgumentError, ScheduleError, UnsupportedError
+from ..errors import ArgumentError, LoopstackError, ScheduleError, UnsupportedError
 from ..isa.target import get_target
 from ..looptree.ir import Dot, Loop, LoopTree, loop_var, statements
 from .kernel_base import KernelBase, allocate_storage
@@ -135,9 +135,14 @@ def emit_native(tree: LoopTree, target, unroll_limit: int | None = None):
 class _Foreign:
     """The code of a segment for a target this host cannot run: inspectable, not callable."""
 
+    closed = False
+
     def __init__(self, code: bytes, target):
         self.code = code
         self.target = target
+
+    def close(self) -> None:
+        """Nothing is mapped for code this host cannot run."""
 
     def func(self, *args):
         raise UnsupportedError(
@@ -248,12 +253,24 @@ class NativeKernel(KernelBase):
             self._bind(arrays, checked)
         self._run()
 
+    def close(self) -> None:
+        """Unmap the kernel's code now (idempotent); calling it afterwards raises LoopstackError."""
+        for c, _, _ in self._segments:
+            c.close()
+        self._bound, self._run = _UNBOUND, None
+
+    @property
+    def closed(self) -> bool:
+        return any(c.closed for c, _, _ in self._segments)
+
     def _bind(self, arrays, checked: bool) -> None:
         """Check new arrays, build their pointer blocks (one per thread when a segment runs in
         parallel), pack their constants, and make the call that runs every step on them.
 
         The arrays are kept bound: while referenced, their ids cannot be reused and they cannot
         be resized, so the same objects passed again are the same memory and need no check."""
+        if self.closed:
+            raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
         if not checked:
             self.check_arguments(arrays)
         threads = self.threads if self._parallel else 1

@@ -143,7 +143,7 @@ def compile_tree(tree: LoopTree, target=None):
     tgt = default_target() if target is None else target
     key = (tree.key(), tgt)
     hit = _CACHE.get(key)
-    if hit is not None:
+    if hit is not None and not getattr(hit, "closed", False):
         return hit
     ir = tree.lower()
     kernel = backend.compile(ir, target=None if tgt in ("x86", "native") else tgt)
@@ -156,6 +156,7 @@ def compile_tree(tree: LoopTree, target=None):
 def compiled(t, target=None):
     c = getattr(t, "_compiled", None)
     if (c is not None and c[1] == target and c[4] == _generation and t._cache is not None
+            and not getattr(c[0], "closed", False)
             and t._cache.node is t._node):
         return c[0], c[2], c[3]
     prog = program(t)

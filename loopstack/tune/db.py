@@ -31,6 +31,8 @@ import os
 import sqlite3
 import time
 
+from ..errors import LoopstackError
+
 DEFAULT_PATH = os.path.join("~", ".cache", "loopstack", "tuning.db")
 
 BUSY_TIMEOUT_S = 60.0
@@ -77,11 +79,15 @@ class TuningDB:
         d = os.path.dirname(self.path)
         if d:
             os.makedirs(d, exist_ok=True)
-        self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        with self.conn:
-            self.conn.executescript(_SCHEMA)
-            self._migrate()
+        try:
+            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            with self.conn:
+                self.conn.executescript(_SCHEMA)
+                self._migrate()
+        except sqlite3.Error as e:
+            raise LoopstackError(f"tuning database {self.path} is unreadable ({e}); move it away or "
+                                 "point LOOPSTACK_TUNING_DB elsewhere") from None
 
     def _migrate(self) -> None:
         """Databases written before measurements carried their node (and a unique index)."""
@@ -130,9 +136,13 @@ class TuningDB:
         self.conn.execute("INSERT OR REPLACE INTO best VALUES (?,?,?,?)", (program, target, text, float(gflops)))
 
     def best(self, program: str, target: str):
-        row = self.conn.execute("SELECT actions, gflops FROM best WHERE program=? AND target=?",
-                                (program, target)).fetchone()
-        return None if row is None else (json.loads(row[0]), row[1])
+        try:
+            row = self.conn.execute("SELECT actions, gflops FROM best WHERE program=? AND target=?",
+                                    (program, target)).fetchone()
+            return None if row is None else (json.loads(row[0]), float(row[1]))
+        except (sqlite3.Error, ValueError, TypeError) as e:
+            raise LoopstackError(f"tuning database {self.path} holds a malformed schedule for program "
+                                 f"{program} ({e})") from None
 
     def measurements(self, program: str, target: str) -> list[dict]:
         rows = self.conn.execute("SELECT actions, gflops, status, mapper FROM measurements "
