@@ -6,7 +6,7 @@ all read them from a `Target` and from nowhere else.
 
     get_target("avx512")   -> Target, or UnsupportedError naming what this CPU lacks
     get_target("neon_fp16", cpu="apple-m1")   -> an AArch64 target with a CPU model's pipes and caches
-    host_target()          -> the widest target this CPU runs (avx512, else avx2; neon_fp16, else neon)
+    host_target()          -> the widest target this CPU runs (avx512, else avx2; neon on AArch64)
     peak_gflops(target)    -> single-core FMA peak (fp32; fp16 for neon_fp16), measured by a JIT'd probe
     measure_peak(target)   -> the same, measured afresh
 
@@ -53,13 +53,14 @@ class Target:
     dtlb_miss_cycles: int = 7   # a first-level miss served by the second-level TLB
     stlb_entries: int = 2048    # second-level TLB
     stlb_miss_cycles: int = 30  # a page walk (its page-table entries cached)
-    compute_dtype: str = "float32"   # the element type of its FMA arithmetic (neon_fp16: float16)
+    compute_dtype: str = "float32"  # what the vector arithmetic computes in (neon_fp16: float16)
     cpu: str = ""               # CPU preset (an llvm-mca -mcpu name) or "" for the host / a generic core
     clock_ghz: float = 0.0      # the preset's clock, for predicted GFLOPS (0: unknown)
 
-    def lanes(self, dtype="float32") -> int:
-        """Elements of `dtype` in one vector register: 8 float32 in a ymm, 16 in a zmm."""
-        return self.vector_bits // 8 // dtypes.dtype(dtype).itemsize
+    def lanes(self, dtype=None) -> int:
+        """Elements of `dtype` (default: the compute dtype) in one vector register: 8 float32
+        in a ymm, 16 in a zmm, 8 float16 in a neon_fp16 q register."""
+        return self.vector_bits // 8 // dtypes.dtype(dtype or self.compute_dtype).itemsize
 
     @property
     def accumulators(self) -> int:
@@ -120,14 +121,16 @@ TARGETS: dict[str, Target] = {
     "avx512": Target(name="avx512", arch="x86_64", vector_bits=512, vector_registers=32, has_masks=True,
                      required=frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
                      l2=2 * 1024 * 1024),
-    # AArch64 AdvSIMD: 32 x 128-bit registers, no mask registers (tails use narrower vectors and
-    # single lanes); pipes and caches of a generic core unless a CPU preset or the host says otherwise
+    # AArch64 AdvSIMD, Apple M1 (Firestorm) preset: 4 FMA pipes of 4 cycles, 128 KiB L1d, 12 MiB L2
     "neon": Target(name="neon", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
-                   required=frozenset({"asimd"}), l1d=64 * 1024, l2=1024 * 1024, l3=4 * 1024 * 1024),
-    "neon_fp16": Target(name="neon_fp16", arch="aarch64", vector_bits=128, vector_registers=32,
-                        has_masks=False, required=frozenset({"asimd", "asimdhp"}), compute_dtype="float16",
-                        l1d=64 * 1024, l2=1024 * 1024, l3=4 * 1024 * 1024),
+                   required=frozenset({"asimd"}), fma_units=4, fma_latency=4, l1d=128 * 1024,
+                   l2=12 * 1024 * 1024, l3=8 * 1024 * 1024),
+    "neon_fp16": Target(name="neon_fp16", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
+                        required=frozenset({"asimd", "asimdhp"}), fma_units=4, fma_latency=4, l1d=128 * 1024,
+                        l2=12 * 1024 * 1024, l3=8 * 1024 * 1024, compute_dtype="float16"),
 }
+# (an AArch64 target cross-compiled without a `cpu` keeps these Apple M1 figures; on an aarch64
+# host the host's caches replace them; CPU_PRESETS below name a core explicitly)
 
 KiB, MiB = 1024, 1024 * 1024
 # CPU presets: the features the core has, and the fields they set on a target of its architecture.
@@ -135,9 +138,9 @@ KiB, MiB = 1024, 1024 * 1024
 # model of the core predicts it; fma_units counts 128-bit FMLA issued per cycle.
 CPU_PRESETS: dict[str, tuple[str, frozenset[str], dict]] = {
     # Firestorm (M1 performance core): four 128-bit FP pipes, FMLA latency 4; 128 KiB L1d,
-    # 12 MiB L2 shared by the cluster (the 8 MiB system cache behind it is smaller and not modelled)
+    # 12 MiB L2 shared by the cluster, 8 MiB system-level cache behind it
     "apple-m1": ("aarch64", frozenset({"fp", "asimd", "fphp", "asimdhp", "asimddp"}),
-                 dict(fma_units=4, fma_latency=4, l1d=128 * KiB, l2=12 * MiB, l3=12 * MiB, clock_ghz=3.2,
+                 dict(fma_units=4, fma_latency=4, l1d=128 * KiB, l2=12 * MiB, l3=8 * MiB, clock_ghz=3.2,
                       dtlb_entries=160, stlb_entries=3072)),
     # Cortex-A57: one 128-bit FMLA per cycle (two 64-bit FP pipes), no fp16 arithmetic;
     # 32 KiB L1d, 2 MiB shared L2, no L3
@@ -211,16 +214,16 @@ def _cpu_features() -> frozenset[str]:
 
 def host_target() -> Target:
     """The widest target this CPU runs: avx512 with F+BW+VL+DQ, else avx2 (which needs FMA);
-    on AArch64 neon_fp16 where the CPU has fp16 arithmetic, else neon."""
+    on AArch64 neon, fp32 arithmetic, which float32 programs compute in (neon_fp16 computes in
+    float16: asked for by name, and checked for asimdhp)."""
     return _host_target_for(cpu.cpu_features(), host_arch())
 
 
 @functools.lru_cache(maxsize=8)
 def _host_target_for(features: frozenset[str], arch: str = "x86_64") -> Target:
     if arch == "aarch64":
-        name = "neon_fp16" if TARGETS["neon_fp16"].required <= features else "neon"
-        _check(TARGETS[name], features)
-        return _with_host_caches(TARGETS[name])
+        _check(TARGETS["neon"], features)
+        return _with_host_caches(TARGETS["neon"])
     if TARGETS["avx512"].required <= features:
         return _with_host_caches(TARGETS["avx512"])
     _check(TARGETS["avx2"], features)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from loopstack.isa import cpu, execmem
-from loopstack.isa.target import host_target, peak_gflops
+from loopstack.isa.target import get_target, host_target, peak_gflops
 
 import a64_kernels as K
 
@@ -34,7 +34,8 @@ def test_getauxval_names_fp16_and_dot_product():
     assert {"fp", "asimd"} <= features
     # qemu -cpu max, and every core this project targets for neon_fp16, have both
     assert {"asimdhp", "asimddp", "fphp"} <= features, sorted(features)
-    assert host_target().name == "neon_fp16"
+    assert host_target().name == "neon"             # float32 programs compute in fp32
+    assert get_target("neon_fp16").compute_dtype == "float16"     # checked: asimdhp is there
 
 
 @pytest.mark.parametrize("seed", range(3))

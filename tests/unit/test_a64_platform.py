@@ -143,7 +143,7 @@ def _fake_host(monkeypatch, arch, features):
 def test_neon_targets_fields():
     neon, half = TARGETS["neon"], TARGETS["neon_fp16"]
     assert (neon.arch, neon.vector_bits, neon.vector_registers, neon.has_masks) == ("aarch64", 128, 32, False)
-    assert neon.lanes(neon.compute_dtype) == 4 and half.lanes(half.compute_dtype) == 8
+    assert neon.lanes() == 4 and half.lanes() == 8 and half.lanes("float32") == 4
     assert half.compute_dtype == "float16" and half.required == {"asimd", "asimdhp"}
     assert neon.block_registers == 28
 
@@ -152,7 +152,8 @@ def test_neon_targets_fields():
 def test_cpu_presets():
     m1 = get_target("neon", cpu="apple-m1", check=False)
     a57 = get_target("neon", cpu="cortex-a57", check=False)
-    assert (m1.cpu, m1.fma_units, m1.fma_latency, m1.l1d, m1.clock_ghz) == ("apple-m1", 4, 4, 128 << 10, 3.2)
+    assert (m1.cpu, m1.fma_units, m1.fma_latency, m1.l1d, m1.l2, m1.clock_ghz) == (
+        "apple-m1", 4, 4, 128 << 10, 12 << 20, 3.2)
     assert (a57.cpu, a57.fma_units, a57.l1d, a57.l2, a57.clock_ghz) == ("cortex-a57", 1, 32 << 10, 2 << 20, 1.9)
     assert m1.accumulators == 16 and a57.accumulators == 4
     assert get_target("neon_fp16", cpu="apple-m1", check=False).compute_dtype == "float16"
@@ -178,7 +179,8 @@ def test_neon_on_an_x86_host_is_cross_compilation(monkeypatch):
 
 def test_host_target_on_aarch64(monkeypatch):
     _fake_host(monkeypatch, "aarch64", {"fp", "asimd", "fphp", "asimdhp", "asimddp"})
-    assert host_target().name == "neon_fp16"
+    assert host_target().name == "neon"                 # float32 programs compute in fp32
+    assert get_target("neon_fp16").name == "neon_fp16"
     _fake_host(monkeypatch, "aarch64", {"fp", "asimd"})
     assert host_target().name == "neon"
     with pytest.raises(UnsupportedError, match=r"lacks asimdhp \(needed by target neon_fp16\)"):
@@ -187,6 +189,8 @@ def test_host_target_on_aarch64(monkeypatch):
     _fake_host(monkeypatch, "aarch64", set())
     with pytest.raises(UnsupportedError, match=r"lacks asimd \(needed by target neon\)"):
         host_target()
+    _fake_host(monkeypatch, "x86_64", {"avx", "avx2", "fma", "f16c"})   # the M1 figures when cross-compiling
+    assert (get_target("neon").l1d, get_target("neon").fma_units) == (128 << 10, 4)
     target_mod._host_target_for.cache_clear()
 
 
