@@ -15,7 +15,8 @@ Operand slots (what a slot accepts is the operand's `kind`, see operands.py):
     Vm.s[i] Vm.4b[i]        an element; Vm16.h[i]: the fp16 by-element form, whose Vm field has
                             only 4 bits (v0..v15) — the restriction lives in the slot
     {Vt.T, Vt2.T}           a list of consecutive registers (a Python list)   {Vt.s}[i]: one lane
-    #imm  #shift  #0.0      immediates, checked against the group's field width when inserted
+    #imm  #shift  #0.0      immediates, checked against the group's field width when inserted;
+    #bimm  #fimm            a logical (bitmask) immediate, an fmov immediate (immediates.py)
     [Xn|SP{, #pimm}]        unsigned scaled offset (or the unscaled ldur/stur form, chosen here)
     [Xn|SP, #simm]!         pre-index           [Xn|SP], #simm / [Xn|SP], Xm    post-index
     [Xn|SP, Xm]             register offset     label           a Label (pc-relative)
@@ -80,6 +81,16 @@ _ROWS: list[tuple[str, str, str, str, str, str]] = [
     ("and",   "Xd, Xn, Xm{, shift}",           "0x8a000000", "logic_shift",  "", "BASE"),
     ("orr",   "Xd, Xn, Xm{, shift}",           "0xaa000000", "logic_shift",  "", "BASE"),
     ("eor",   "Xd, Xn, Xm{, shift}",           "0xca000000", "logic_shift",  "", "BASE"),
+    ("and",   "Xd|SP, Xn, #bimm",              "0x92000000", "logic_imm",    "", "BASE"),
+    ("and",   "Wd|WSP, Wn, #bimm",             "0x12000000", "logic_imm",    "", "BASE"),
+    ("orr",   "Xd|SP, Xn, #bimm",              "0xb2000000", "logic_imm",    "", "BASE"),
+    ("orr",   "Wd|WSP, Wn, #bimm",             "0x32000000", "logic_imm",    "", "BASE"),
+    ("eor",   "Xd|SP, Xn, #bimm",              "0xd2000000", "logic_imm",    "", "BASE"),
+    ("eor",   "Wd|WSP, Wn, #bimm",             "0x52000000", "logic_imm",    "", "BASE"),
+    ("ands",  "Xd, Xn, #bimm",                 "0xf2000000", "logic_imm",    "", "BASE"),
+    ("ands",  "Wd, Wn, #bimm",                 "0x72000000", "logic_imm",    "", "BASE"),
+    ("tst",   "Xn, #bimm",                     "0xf200001f", "logic_imm",    "", "BASE"),
+    ("tst",   "Wn, #bimm",                     "0x7200001f", "logic_imm",    "", "BASE"),
     ("madd",  "Xd, Xn, Xm, Xa",                "0x9b000000", "dp3",          "", "BASE"),
     ("madd",  "Wd, Wn, Wm, Wa",                "0x1b000000", "dp3",          "", "BASE"),
     ("msub",  "Xd, Xn, Xm, Xa",                "0x9b008000", "dp3",          "", "BASE"),
@@ -243,6 +254,12 @@ _ROWS += [
     ("movi",  "Vd.T, #imm8{, shift}",          "0x0f000400", "asimdimm",     "Q 2s 4s", "ASIMD"),
     ("movi",  "Vd.2d, #bytemask",              "0x6f00e400", "asimdimm",     "", "ASIMD"),
     ("movi",  "Dd, #bytemask",                 "0x2f00e400", "asimdimm",     "", "ASIMD"),
+    ("fmov",  "Vd.T, #fimm",                   "0x0f00f400", "asimdimm",     "Q 2s 4s", "ASIMD"),
+    ("fmov",  "Vd.2d, #fimm",                  "0x6f00f400", "asimdimm",     "", "ASIMD"),
+    ("fmov",  "Vd.T, #fimm",                   "0x0f00fc00", "asimdimm",     "Q 4h 8h", "FP16"),
+    ("fmov",  "Sd, #fimm",                     "0x1e201000", "fpimm",        "", "ASIMD"),
+    ("fmov",  "Dd, #fimm",                     "0x1e601000", "fpimm",        "", "ASIMD"),
+    ("fmov",  "Hd, #fimm",                     "0x1ee01000", "fpimm",        "", "FP16"),
     ("fmov",  "Sd, Wn",                        "0x1e270000", "fpmov",        "", "ASIMD"),
     ("fmov",  "Wd, Sn",                        "0x1e260000", "fpmov",        "", "ASIMD"),
     ("fmov",  "Dd, Xn",                        "0x9e670000", "fpmov",        "", "ASIMD"),
