@@ -391,6 +391,16 @@ def test_methods_and_align():
         asm.frobnicate
 
 
+def test_forms_say_whether_they_read_their_destination():
+    def rw(mnemonic, *ops):
+        return encode(mnemonic, ops)[1].reads_destination
+    assert rw("fmla", V(0).s4, V(1).s4, V(2).s[1]) and rw("sdot", V(0).s4, V(1).b16, V(2).b4[0])
+    assert rw("bif", V(0).b16, V(1).b16, V(2).b16) and rw("mov", V(0).s[1], V(1).s[0])
+    assert rw("ld1", [V(0).s[1]], Mem(X(0))) and rw("movk", X(0), 1) and rw("fcvtn2", V(0).h8, V(1).s4)
+    assert not rw("fmul", V(0).s4, V(1).s4, V(2).s4) and not rw("ld1", [V(0).s4], Mem(X(0)))
+    assert not rw("mov", V(0).b16, V(1).b16) and not rw("add", X(0), X(1), 1)
+
+
 def test_all_conditions_have_branches():
     for cond, code in CONDITIONS.items():
         word, form = encode(f"b.{cond}", (Label(),))

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from ...errors import EncodingError
-from .forms import ARRANGEMENT_BITS, CONDITIONS, ROWS
+from .forms import ARRANGEMENT_BITS, CONDITIONS, READS_DESTINATION, ROWS
 from .immediates import encode_bitmask, encode_fp_imm8
 from .operands import PREFETCH_OPS, Element, Gpr, Label, Mem, Shift, VecReg
 
@@ -43,6 +43,14 @@ class Form:
     reloc: str | None           # label fixup kind: "branch26", "branch19", "literal", "adr"
     check: object = None        # operands -> None, raising FieldError for UNPREDICTABLE register choices
     encoder: object = None      # encoder(*ops) -> the word: fixed bits ^ every placer, compiled
+
+    @property
+    def reads_destination(self) -> bool:
+        """The first operand is read too: an accumulator (fmla, sdot), a select (bsl, bif), or a
+        register only partly written (ins, `mov v.s[i], ...`, ld1 of one lane, movk, fcvtn2)."""
+        first = _split(self.operands)[0][0] if self.operands else ""
+        return (self.mnemonic in READS_DESTINATION or (self.mnemonic == "mov" and first.endswith("[i]"))
+                or first.startswith("{Vt.") and first.endswith("[i]") and self.mnemonic == "ld1")
 
 
 # -- operand kinds ------------------------------------------------------------------------------

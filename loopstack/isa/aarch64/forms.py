@@ -429,5 +429,12 @@ for _cond, _code in CONDITIONS.items():
 
 ROWS: tuple[tuple[str, str, str, str, str, str], ...] = tuple(_ROWS)
 
+# Instructions whose first operand is read as well as written (accumulators, bitwise selects,
+# insertions into part of a register), so a register allocator must treat it as live-in.
+READS_DESTINATION = frozenset({
+    "fmla", "fmls", "sdot", "udot", "bsl", "bit", "bif", "ins", "movk", "smlal", "smlal2", "umlal",
+    "umlal2", "sadalp", "uadalp", "fcvtn2", "xtn2", "sqxtn2", "sqxtun2", "uqxtn2",
+})
+
 # Feature names of the table -> the HWCAP names of loopstack.isa.cpu (Linux /proc/cpuinfo spelling)
 FEATURE_HWCAP = {"BASE": None, "ASIMD": "asimd", "FP16": "asimdhp", "DOTPROD": "asimddp"}
