@@ -109,7 +109,7 @@ def _mem(kind, form, slot_text, rng, ops_so_far):
         return Mem(base, off)
     if g == "ldst_imm9":
         off = rng.randrange(-256, 256)
-        return Mem.pre(base, off) if kind == "[mem]!" else Mem.post(base, off)
+        return {"[mem]": Mem, "[mem]!": Mem.pre, "[mem],imm": Mem.post}[kind](base, off)
     if g == "ldst_pair":
         off = rng.randrange(-64, 64) * scale
         return {"[mem]": Mem, "[mem]!": Mem.pre, "[mem],imm": Mem.post}[kind](base, off)
