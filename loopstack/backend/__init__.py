@@ -3,7 +3,8 @@
     compile(tree, target=None, unroll_limit=None) -> Kernel
 
 `target` is None (the best target of this CPU), a target name ("avx2", "avx512"),
-a `loopstack.isa.target.Target`, or "interp" for the reference interpreter. Every
+a `loopstack.isa.target.Target`, "interp" for the reference interpreter, or an NVIDIA GPU
+("sm_80", "sm_90", or a `loopstack.backend.ptx.GpuTarget` carrying the tensor-core knobs). Every
 Kernel is called with numpy arrays in `tree.arguments` order (inputs, then outputs);
 outputs are written in place. The tree's accesses are verified to be in bounds before
 anything is compiled.
@@ -21,6 +22,10 @@ def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural n
         from .interp import InterpKernel
 
         return InterpKernel(tree)
+    from .ptx import compile_gpu, is_gpu_target
+
+    if is_gpu_target(target):
+        return compile_gpu(tree, target)
     from .x86.compile import compile_x86
 
     # A compile allocates tens of thousands of small, acyclic objects (operands, addresses,
