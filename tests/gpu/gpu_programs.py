@@ -17,32 +17,40 @@ def np_dtype(name):
 
 
 def random(shape, dtype, rng):
+    if rng is None:                  # shapes only: a program that is compiled, never run
+        return np.zeros(shape, np_dtype(dtype))
     if dtype == "int8":
         return rng.integers(-8, 8, shape).astype(np.int8)
     return (rng.standard_normal(shape) * 0.5).astype(np_dtype(dtype))
 
 
 def gemm(m, n, k, dtype, rng, b_transposed=False, bias=False, relu=False, scale=None):
-    """C = post(A . B): A [m, k]; B [k, n] (or [n, k]); returns (tensor, arrays, numpy reference)."""
+    """C = post(A . B): A [m, k]; B [k, n] (or [n, k]); returns (tensor, arrays, numpy reference).
+
+    The reference is computed lazily (`ref()`), so big programs cost nothing until checked."""
     s = lt.SymbolGenerator()
     a = random((m, k), dtype, rng)
     b = random((n, k) if b_transposed else (k, n), dtype, rng)
     A = lt.Tensor(a).to(s.m, s.k)
     B = lt.Tensor(b).to(s.n, s.k) if b_transposed else lt.Tensor(b).to(s.k, s.n)
     C = (A * B).sum(s.k)
-    ref = a.astype(np.float64) @ (b.T if b_transposed else b).astype(np.float64)
     arrays = [a, b]
     if scale is not None:
         C = C * scale
-        ref = ref * scale
     if bias:
         v = random((n,), dtype, rng)
         C = C + lt.Tensor(v).to(C.symbolic_shape[1])
-        ref = ref + v.astype(np.float64)
         arrays.append(v)
     if relu:
         C = lt.nn.relu(C)
-        ref = np.maximum(ref, 0)
+
+    def ref():
+        r = a.astype(np.float64) @ (b.T if b_transposed else b).astype(np.float64)
+        if scale is not None:
+            r = r * scale
+        if bias:
+            r = r + arrays[2].astype(np.float64)
+        return np.maximum(r, 0) if relu else r
     return C, arrays, ref
 
 
@@ -57,11 +65,14 @@ def conv(batch, h, c, k, dtype, rng, r=3, stride=1, pad=1):
     hh, ww = X.symbolic_shape[1:3]
     Xw = X.to(s.b, s.oh, s.ow, s.r, s.s, s.c, constraints=[(hh, s.oh * stride + s.r), (ww, s.ow * stride + s.s)])
     Y = (Xw * lt.Tensor(w).to(s.r, s.s, s.c, s.k)).sum(s.r, s.s, s.c)
-    xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    o = (h + 2 * pad - r) // stride + 1
-    ref = np.zeros((batch, o, o, k))
-    for i in range(r):
-        for j in range(r):
-            patch = xp[:, i:i + stride * o:stride, j:j + stride * o:stride, :]
-            ref += patch @ w[i, j].astype(np.float64)
+
+    def ref():
+        xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+        o = (h + 2 * pad - r) // stride + 1
+        out = np.zeros((batch, o, o, k))
+        for i in range(r):
+            for j in range(r):
+                patch = xp[:, i:i + stride * o:stride, j:j + stride * o:stride, :]
+                out += patch @ w[i, j].astype(np.float64)
+        return out
     return Y, [x, w], ref

@@ -29,7 +29,7 @@ def _programs():
     out.append(("gemm-bf16-bias", C, GpuTarget("sm_90", GpuSchedule(2, 2, 1, 1, 4, 0, 4))))
     C, _, _ = gemm(40, 24, 52, "int8", rng, bias=False, relu=True)
     out.append(("gemm-s8-relu", C, GpuTarget("sm_80", GpuSchedule(1, 1, 2, 2, 1, 0, 3))))
-    C, _, _ = gemm(4096, 4096, 4096, "float16", rng)
+    C, _, _ = gemm(4096, 4096, 4096, "float16", None)
     out.append(("gemm-4096-default", C, "sm_90"))
     for dt in ("float16", "int8"):
         Y, _, _ = conv(2, 9, 16, 24, dt, rng)

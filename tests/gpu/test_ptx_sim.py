@@ -38,6 +38,7 @@ def _tolerance(dtype, k):
 
 
 def _run(tensor, arrays, ref, target, dtype, k):
+    ref = ref()
     kern = lt.compile(tensor, target=target)
     out = np.zeros(ref.shape, lt.dtypes.dtype(kern.tree.outputs[0].dtype).np)
     kern.simulate(*arrays, out)
