@@ -9,7 +9,7 @@ def bf16():
     return ml_dtypes.bfloat16
 
 
-NP_DTYPES = {"float16": np.float16, "int8": np.int8}
+NP_DTYPES = {"float16": np.float16, "int8": np.int8, "int32": np.int32}
 
 
 def np_dtype(name):
@@ -19,8 +19,8 @@ def np_dtype(name):
 def random(shape, dtype, rng):
     if rng is None:                  # shapes only: a program that is compiled, never run
         return np.zeros(shape, np_dtype(dtype))
-    if dtype == "int8":
-        return rng.integers(-8, 8, shape).astype(np.int8)
+    if dtype in ("int8", "int32"):
+        return rng.integers(-8, 8, shape).astype(np_dtype(dtype))
     return (rng.standard_normal(shape) * 0.5).astype(np_dtype(dtype))
 
 
@@ -38,7 +38,7 @@ def gemm(m, n, k, dtype, rng, b_transposed=False, bias=False, relu=False, scale=
     if scale is not None:
         C = C * scale
     if bias:
-        v = random((n,), dtype, rng)
+        v = random((n,), "int32" if dtype == "int8" else dtype, rng)   # an integer GEMM adds int32
         C = C + lt.Tensor(v).to(C.symbolic_shape[1])
         arrays.append(v)
     if relu:

@@ -215,16 +215,17 @@ class GemmEmitter:
         """One chunk: cp.async with zero fill past the bounds, or (narrow rows) a guarded ld/st."""
         k = self.k
         dst = self.op3("add.u32", stage_off, ch["soff"])
+        live = ch["live"]            # the thread's last chunk may lie past the tile: no copy at all
         if tile.vec >= 4:
             size = self.k.reg("u32")
             k.ins("selp.u32", size, tile.vec, 0, ok)
-            k.cp_async(Addr(dst), Addr(gaddr), tile.vec, src_size=size)
+            k.cp_async(Addr(dst), Addr(gaddr), tile.vec, src_size=size, pred=live)
             return
         t = {1: "u8", 2: "u16"}[tile.vec]
         v = self.k.reg("u16")
         k.ins("mov.b16", v, 0)
         k.ins(f"ld.global.{t}", v, Addr(gaddr), pred=ok)
-        k.ins(f"st.shared.{t}", Addr(dst), v)
+        k.ins(f"st.shared.{t}", Addr(dst), v, pred=live)
 
     def _load_stage(self, kt: Reg, stage: Reg):
         """Issue the copies of k-step `kt` into shared stage `stage` (a register 0..stages-1)."""
