@@ -60,6 +60,8 @@ def test_kernels_are_inspectable_on_any_host(kernels):
         assert k.ptx.count("mma.sync.aligned") >= 1 and "cp.async" in k.ptx, name
     conv1 = dict(kernels)["CONV-1"]
     assert conv1.contraction.m == 32 * 56 * 56 and conv1.contraction.k == 9 * 64
+    assert conv1.contraction.conv.c == 64 and conv1.contraction.conv.stride == 1 and conv1.contraction.conv.pad == 1
+    assert "// conv M=100352 N=128 K=576" in conv1.ptx
     assert conv1.flops == 2 * 32 * 56 * 56 * 128 * 64 * 9
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import loopstack as lt
 from loopstack.backend.ptx import GpuSchedule, GpuTarget
 
-from gpu_programs import conv, gemm
+from gpu_programs import conv, gemm, random
 
 pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
 if importlib.util.find_spec("loopstack.isa.ptx.sim") is None:
@@ -81,3 +81,37 @@ def test_conv_matches_numpy(dtype, batch, h, c, kout, stride, pad, sched, seed):
     if sched.REORDER_INNER and c % bk:
         sched = sched.replace(REORDER_INNER=0)
     _run(Y, arrays, ref, GpuTarget("sm_80", sched), dtype, 9 * c)
+
+
+OUT_TYPES = {"float16": ["float32", "float16"], "bfloat16": ["float32", "bfloat16"], "int8": ["int32", "int8"]}
+
+
+@settings(max_examples=4)
+@given(dtype=st.sampled_from(DTYPES), pick=st.integers(0, 1), m=st.integers(1, 70), n=st.integers(1, 70),
+       k=st.integers(1, 70), bias=st.booleans(), post=st.sampled_from([None, "relu"]), sched=knobs,
+       seed=st.integers(0, 99))
+def test_output_types_and_epilogues_agree_with_the_loop_tree_interpreter(dtype, pick, m, n, k, bias, post,
+                                                                         sched, seed):
+    """Stores convert as loopstack's semantics say (f16/bf16 round, int8 wraps; the epilogue sees
+    the stored value): the oracle is the backend-independent loop-tree interpreter."""
+    from loopstack.backend import compile as compile_tree
+    from loopstack.looptree.builders import matmul_tree
+
+    out_dtype = OUT_TYPES[dtype][pick]
+    tree = matmul_tree(m, n, k, order=[("m", 1), ("n", 1), ("k", 1)], dtype=dtype, out_dtype=out_dtype,
+                       post=post, bias=bias)
+    rng = np.random.default_rng(seed)
+    arrays = [random(b.shape, b.dtype, rng) for b in tree.inputs]
+    want = compile_tree(tree, target="interp").run(*(a.astype(np.float32) if a.dtype.name == "bfloat16"
+                                                     else a for a in arrays))[0] if dtype != "bfloat16" else None
+    kern = compile_tree(tree, target=GpuTarget("sm_90", sched))
+    got = np.zeros((m, n), lt.dtypes.dtype(out_dtype).np)
+    kern.simulate(*arrays, got)
+    if want is None:                 # the loop-tree interpreter has no bfloat16: numpy in float64
+        ref = arrays[0].astype(np.float64) @ arrays[1].astype(np.float64)
+        if bias:
+            ref = ref + arrays[2].astype(np.float64)
+        ref = ref.astype(got.dtype).astype(np.float64) if post else ref
+        want = np.maximum(ref, 0) if post else ref
+    rtol, atol = _tolerance(dtype, k)
+    np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol)

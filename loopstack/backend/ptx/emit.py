@@ -17,7 +17,7 @@ from ...errors import UnsupportedError
 from ...isa.ptx.builder import Addr, KernelBuilder, Reg, Vec
 from ...looptree.ir import Acc, Binary, Const, Load, Unary
 from .knobs import SMEM_PAD, GpuSchedule
-from .match import Contraction
+from .match import Contraction, bias_loads
 
 OUT_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "s32", "int8": "s8"}
 MAX_OFFSET = 2 ** 31 - 1      # byte offsets are computed in 32 bits
@@ -402,13 +402,13 @@ class GemmEmitter:
             col = self.op3("add.u32", col0, jj * 8)
             cok = [self.pred("lt", col, c.n), self.pred("lt", col, c.n - 1)]
             loads = {}
-            for ld in _loads(c.post):
+            for ld in bias_loads(c.init, c.post):
                 loads[ld] = [self._load_vec(ld, col, e, cok[e]) for e in range(2)]
             for i in range(s.WARP_ROW_TILES):
                 for h in range(2):
                     row = self.op3("add.u32", row0, i * 16 + 8 * h)
                     rok = self.pred("lt", row, c.m)
-                    vals = [self._post(c.post, self.acc[i][jj][2 * h + e], {ld: v[e] for ld, v in loads.items()})
+                    vals = [self._value(self.acc[i][jj][2 * h + e], ot, {ld: v[e] for ld, v in loads.items()})
                             for e in range(2)]
                     addr = self.wide(out, self.mad(row, c.n * osz, self.op3("mul.lo.u32", col, osz)))
                     self._store(ot, addr, vals, [self.pand(rok, cok[0]), self.pand(rok, cok[1])], pair)
@@ -450,8 +450,40 @@ class GemmEmitter:
         if to == "f32":
             self.k.ins(f"cvt.rn.f32.{r.type}", d, r)
         else:
-            self.k.ins(f"cvt.rni.{to}.{r.type}", d, r)
+            self.k.ins(f"cvt.rzi.{to}.{r.type}" if r.type == "f32" else f"cvt.{to}.{r.type}", d, r)   # C truncates
         return d
+
+    def _value(self, acc: Reg, ot: str, loads: dict) -> Reg:
+        """One output element before its store: acc (+ init), then, when an epilogue follows,
+        the value as stored (loopstack's semantics: post reads the stored value back)."""
+        c = self.c
+        v = acc
+        if c.init is not None:
+            v = self._post(Binary("add", Acc(), c.init), acc, loads)
+        if c.post is None:
+            return v
+        return self._post(c.post, self._as_stored(v, ot), loads)
+
+    def _as_stored(self, v: Reg, ot: str) -> Reg:
+        """v converted to the output type and back to the compute type."""
+        k = self.k
+        if ot in ("f16", "bf16"):
+            h, f = k.reg("b16"), k.reg("f32")
+            k.ins(f"cvt.rn.{ot}.f32", h, v if v.type == "f32" else self._cvt(v, "f32"))
+            k.ins(f"cvt.f32.{ot}", f, h)
+            return f if self._compute_type() == "f32" else self._cvt(f, "s32")
+        if ot == "s8":
+            return self._wrap8(v if v.type == "s32" else self._cvt(v, "s32"))
+        if ot == "s32" and v.type == "f32":
+            return self._cvt(self._cvt(v, "s32"), "f32")
+        return v
+
+    def _wrap8(self, v: Reg) -> Reg:
+        """The low byte of v, sign-extended: C's int32 -> int8 conversion."""
+        w = self.k.reg("s32")
+        self.k.ins("shl.b32", w, v, 24)
+        self.k.ins("shr.s32", w, w, 24)
+        return w
 
     def _post(self, e, acc: Reg, loads: dict) -> Reg:
         """The epilogue expression for one element, in the compute type (f32, or s32 for int outputs)."""
@@ -499,15 +531,9 @@ class GemmEmitter:
                 for e in range(2):
                     k.ins("st.global.b16", Addr(addr, 2 * e), hs[e], pred=oks[e])
             return
-        if ot == "s8":
+        if ot == "s8":               # st.s8 stores the low byte: int8 wraps, as C's conversion does
             for e, v in enumerate(vals):
-                if v.type == "f32":
-                    w = k.reg("s32")
-                    k.ins("cvt.rni.sat.s32.f32", w, v)     # round, then saturate below
-                    v = w
-                b = k.reg("s32")
-                k.ins("cvt.sat.s8.s32", b, v)
-                k.ins("st.global.s8", Addr(addr, e), b, pred=oks[e])
+                k.ins("st.global.s8", Addr(addr, e), v if v.type == "s32" else self._cvt(v, "s32"), pred=oks[e])
             return
         vals = [v if v.type == ot else self._cvt(v, ot) for v in vals]
         if pair:
@@ -515,8 +541,3 @@ class GemmEmitter:
         else:
             for e in range(2):
                 k.ins(f"st.global.{ot}", Addr(addr, 4 * e), vals[e], pred=oks[e])
-
-
-def _loads(post) -> list[Load]:
-    from .match import bias_loads
-    return bias_loads(post)

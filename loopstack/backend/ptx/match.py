@@ -5,8 +5,10 @@ The GPU backend maps a loop tree onto the tensor cores when its one statement is
     out[m, n]           += A[m, k] * B[k, n]    (or B[n, k])                         GEMM
     out[b, oh, ow, n]   += X[b, oh*st + r - pad, ow*st + s - pad, c] * W[r, s, c, n] conv (b optional)
 
-with `init identity` and an optional epilogue `post` built from the accumulator, constants,
-per-column loads (a bias `v[n]`) and add/sub/mul/max/min/relu/neg.  The convolution is an
+with `init identity` or a per-column `init v[n]` (a bias), and an optional epilogue `post`
+built from the accumulator, constants, per-column loads and add/sub/mul/max/min/relu/neg.
+As everywhere in loopstack, `post` sees the value as stored (rounded to f16/bf16, or
+wrapped to int8 as C's conversion does) and its result is converted again when stored.  The convolution is an
 implicit GEMM: M = b*oh*ow, N = output channels, K = r*s*c in that order.  Anything else is
 an UnsupportedError naming what differs; the loop order of the tree does not matter (the
 GPU schedule is given by its knobs, see `knobs.py`).
@@ -49,6 +51,7 @@ class Contraction:
     out: str
     b_kmajor: bool          # B indexed [k, n] (True) or [n, k]
     post: object            # the epilogue expression over Acc, or None
+    init: object = None     # the reduction's start (a Load of a bias), None for zero
     conv: ConvGeometry | None = None
 
     @property
@@ -83,9 +86,7 @@ def match(tree: LoopTree) -> Contraction:
     st = comps[0]
     if st.reduce != "add" or st.init is None:
         _no(f"reduces with {st.reduce!r}, init {st.init!r} (a sum from zero or a bias expected)")
-    post = st.post
-    if st.init != "identity":      # init b: post(b + sum) is post applied to (acc + b)
-        post = _substitute_acc(post, Binary("add", Acc(), st.init))
+    init = None if st.init == "identity" else st.init
     e = st.expr
     if not (isinstance(e, Binary) and e.op == "mul" and isinstance(e.a, Load) and isinstance(e.b, Load)):
         _no("does not multiply two loads")
@@ -109,8 +110,9 @@ def match(tree: LoopTree) -> Contraction:
         con = _conv(st, x, w, oidx, dims, bufs, out)
     else:
         _no(f"writes a {len(oidx)}-d output")
-    con = replace(con, post=post)
-    _check_post(post, con, bufs, oidx[-1])
+    con = replace(con, init=init)
+    _check_post(init, con, bufs, oidx[-1])
+    _check_post(st.post, con, bufs, oidx[-1])
     return con
 
 
@@ -176,21 +178,11 @@ def _conv(st, x, w, oidx, dims, bufs, out) -> Contraction:
     if xs[-1] != dims[c]:
         _no("reads a part of the input channels")
     return Contraction(batch * dims[oh] * dims[ow], dims[n], dims[r] * dims[s] * dims[c], xb.dtype, out.dtype,
-                       x.buffer, w.buffer, out.name, True, st.post, geom)
+                       x.buffer, w.buffer, out.name, True, st.post, conv=geom)
 
 
-def _substitute_acc(e, by):
-    if e is None or isinstance(e, Acc):
-        return by
-    if isinstance(e, Unary):
-        return Unary(e.op, _substitute_acc(e.x, by))
-    if isinstance(e, Binary):
-        return Binary(e.op, _substitute_acc(e.a, by), _substitute_acc(e.b, by))
-    return e
-
-
-def bias_loads(post) -> list[Load]:
-    """The loads of an epilogue, in first-use order."""
+def bias_loads(*exprs) -> list[Load]:
+    """The loads of an init and an epilogue, in first-use order."""
     found: list[Load] = []
 
     def walk(e):
@@ -201,8 +193,9 @@ def bias_loads(post) -> list[Load]:
         elif isinstance(e, Binary):
             walk(e.a)
             walk(e.b)
-    if post is not None:
-        walk(post)
+    for e in exprs:
+        if e is not None:
+            walk(e)
     return found
 
 
