@@ -1,0 +1,407 @@
+"""Hand-written PTX kernels for the reference interpreter's tests.
+
+Every kernel here is also assembled by ptxas for sm_80 and sm_90 (test_ptx_sim.py), so the
+interpreter is tested on real PTX, not on a dialect of its own.
+"""
+
+HEADER = """.version 8.0
+.target sm_80
+.address_size 64
+"""
+
+# c[i] = a[i] + b[i] for i < n: one thread per element, a tail predicate past n.
+VADD = HEADER + """
+.visible .entry vadd(
+    .param .u64 a,
+    .param .u64 b,
+    .param .u64 c,
+    .param .u32 n
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<6>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<11>;
+
+    ld.param.u64 %rd1, [a];
+    ld.param.u64 %rd2, [b];
+    ld.param.u64 %rd3, [c];
+    ld.param.u32 %r1, [n];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mad.lo.s32 %r5, %r2, %r3, %r4;
+    setp.ge.u32 %p1, %r5, %r1;
+    @%p1 bra DONE;
+    cvta.to.global.u64 %rd4, %rd1;
+    cvta.to.global.u64 %rd5, %rd2;
+    cvta.to.global.u64 %rd6, %rd3;
+    mul.wide.u32 %rd7, %r5, 4;
+    add.s64 %rd8, %rd4, %rd7;
+    add.s64 %rd9, %rd5, %rd7;
+    add.s64 %rd10, %rd6, %rd7;
+    ld.global.f32 %f1, [%rd8];
+    ld.global.f32 %f2, [%rd9];
+    add.f32 %f3, %f1, %f2;
+    st.global.f32 [%rd10], %f3;
+DONE:
+    ret;
+}
+"""
+
+# Divergence: odd threads take one path, even threads split again; then a loop whose trip count
+# is tid % 5; threads with tid % 7 == 6 exit before storing.
+#   x = odd ? 3*tid : (tid & 2 ? tid + 100 : -tid);  for i in range(tid % 5): x += i;  out[tid] = x
+DIVERGE = HEADER + """
+.visible .entry diverge(.param .u64 out)
+{
+    .reg .pred %p<5>;
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<4>;
+
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u32 %r1, %tid.x;
+    rem.u32 %r9, %r1, 7;
+    setp.eq.u32 %p4, %r9, 6;
+    @%p4 exit;
+    and.b32 %r2, %r1, 1;
+    setp.ne.u32 %p1, %r2, 0;
+    @!%p1 bra EVEN;
+    mul.lo.s32 %r3, %r1, 3;
+    bra.uni JOIN;
+EVEN:
+    and.b32 %r4, %r1, 2;
+    setp.eq.u32 %p2, %r4, 0;
+    @%p2 bra NEGATE;
+    add.s32 %r3, %r1, 100;
+    bra.uni JOIN;
+NEGATE:
+    neg.s32 %r3, %r1;
+JOIN:
+    rem.u32 %r5, %r1, 5;
+    mov.u32 %r6, 0;
+LOOP:
+    setp.ge.u32 %p3, %r6, %r5;
+    @%p3 bra STORE;
+    add.s32 %r3, %r3, %r6;
+    add.s32 %r6, %r6, 1;
+    bra.uni LOOP;
+STORE:
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.s32 [%rd3], %r3;
+    ret;
+}
+"""
+
+# Every special register, twelve u32 per thread at out[12 * global linear thread id].
+SPECIALS = HEADER + """
+.visible .entry specials(.param .u64 out)
+{
+    .reg .b32 %r<24>;
+    .reg .b64 %rd<4>;
+
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd1, %rd1;
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %tid.y;
+    mov.u32 %r3, %tid.z;
+    mov.u32 %r4, %ctaid.x;
+    mov.u32 %r5, %ctaid.y;
+    mov.u32 %r6, %ctaid.z;
+    mov.u32 %r7, %laneid;
+    mov.u32 %r8, %warpid;
+    mov.u32 %r9, %ntid.x;
+    mov.u32 %r10, %ntid.y;
+    mov.u32 %r11, %ntid.z;
+    mov.u32 %r12, %nctaid.x;
+    mov.u32 %r13, %nctaid.y;
+    // linear thread id in the CTA, then in the grid
+    mad.lo.s32 %r14, %r3, %r10, %r2;
+    mad.lo.s32 %r14, %r14, %r9, %r1;
+    mad.lo.s32 %r15, %r6, %r13, %r5;
+    mad.lo.s32 %r15, %r15, %r12, %r4;
+    mul.lo.s32 %r16, %r9, %r10;
+    mul.lo.s32 %r16, %r16, %r11;
+    mad.lo.s32 %r17, %r15, %r16, %r14;
+    mul.wide.u32 %rd2, %r17, 48;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.v4.u32 [%rd3], {%r1, %r2, %r3, %r4};
+    st.global.v4.u32 [%rd3+16], {%r5, %r6, %r7, %r8};
+    st.global.v4.u32 [%rd3+32], {%r9, %r12, %r10, %r13};
+    ret;
+}
+"""
+
+# Integer semantics: per thread i, from a[i], b[i] (s32) and x[i], y[i] (s64), 24 s32 results
+# out[24 * i + k] and 6 s64 results wide[6 * i + k].
+INTOPS = HEADER + """
+.visible .entry intops(.param .u64 pa, .param .u64 pb, .param .u64 px, .param .u64 py,
+                       .param .u64 pout, .param .u64 pwide)
+{
+    .reg .pred %p<4>;
+    .reg .b16 %h<4>;
+    .reg .b32 %r<40>;
+    .reg .b64 %rd<40>;
+
+    mov.u32 %r1, %tid.x;
+    ld.param.u64 %rd1, [pa];
+    ld.param.u64 %rd2, [pb];
+    ld.param.u64 %rd3, [px];
+    ld.param.u64 %rd4, [py];
+    ld.param.u64 %rd5, [pout];
+    ld.param.u64 %rd6, [pwide];
+    mul.wide.u32 %rd7, %r1, 4;
+    add.s64 %rd8, %rd1, %rd7;
+    ld.global.s32 %r2, [%rd8];
+    add.s64 %rd8, %rd2, %rd7;
+    ld.global.s32 %r3, [%rd8];
+    mul.wide.u32 %rd7, %r1, 8;
+    add.s64 %rd8, %rd3, %rd7;
+    ld.global.s64 %rd10, [%rd8];
+    add.s64 %rd8, %rd4, %rd7;
+    ld.global.s64 %rd11, [%rd8];
+
+    add.s32 %r10, %r2, %r3;
+    sub.s32 %r11, %r2, %r3;
+    mul.lo.s32 %r12, %r2, %r3;
+    mul.hi.s32 %r13, %r2, %r3;
+    mul.hi.u32 %r14, %r2, %r3;
+    div.s32 %r15, %r2, %r3;
+    rem.s32 %r16, %r2, %r3;
+    div.u32 %r17, %r2, %r3;
+    rem.u32 %r18, %r2, %r3;
+    and.b32 %r19, %r3, 31;
+    shl.b32 %r20, %r2, %r19;
+    shr.s32 %r21, %r2, %r19;
+    shr.u32 %r22, %r2, %r19;
+    shr.s32 %r23, %r2, 40;
+    min.s32 %r24, %r2, %r3;
+    max.u32 %r25, %r2, %r3;
+    setp.lt.s32 %p1, %r2, %r3;
+    setp.lo.u32 %p2, %r2, %r3;
+    selp.s32 %r26, 1, 0, %p1;
+    selp.s32 %r27, 1, 0, %p2;
+    cvt.sat.s8.s32 %r28, %r2;
+    cvt.u16.u32 %h1, %r2;
+    cvt.s32.s8 %r29, %h1;
+    neg.s32 %r30, %r2;
+    abs.s32 %r31, %r2;
+    xor.b32 %r32, %r2, %r3;
+    not.b32 %r33, %r32;
+    mad.lo.s32 %r34, %r2, %r3, %r2;
+    setp.gt.and.s32 %p3, %r2, 0, %p2;
+    selp.s32 %r35, 7, -7, %p3;
+
+    mul.wide.u32 %rd7, %r1, 96;
+    add.s64 %rd8, %rd5, %rd7;
+    st.global.v4.s32 [%rd8], {%r10, %r11, %r12, %r13};
+    st.global.v4.s32 [%rd8+16], {%r14, %r15, %r16, %r17};
+    st.global.v4.s32 [%rd8+32], {%r18, %r20, %r21, %r22};
+    st.global.v4.s32 [%rd8+48], {%r23, %r24, %r25, %r26};
+    st.global.v4.s32 [%rd8+64], {%r27, %r28, %r29, %r30};
+    st.global.v4.s32 [%rd8+80], {%r31, %r33, %r34, %r35};
+
+    add.s64 %rd20, %rd10, %rd11;
+    mul.lo.s64 %rd21, %rd10, %rd11;
+    mul.hi.s64 %rd22, %rd10, %rd11;
+    mul.hi.u64 %rd23, %rd10, %rd11;
+    mul.wide.s32 %rd24, %r2, %r3;
+    div.s64 %rd25, %rd10, %rd11;
+    mul.wide.u32 %rd7, %r1, 48;
+    add.s64 %rd8, %rd6, %rd7;
+    st.global.v2.s64 [%rd8], {%rd20, %rd21};
+    st.global.v2.s64 [%rd8+16], {%rd22, %rd23};
+    st.global.v2.s64 [%rd8+32], {%rd24, %rd25};
+    ret;
+}
+"""
+
+# Float semantics, per thread i from a[i], b[i], c[i] (f32): 8 f32 results f[8 * i + k] and
+# 8 b32 results (conversions, packed halves) h[8 * i + k].
+FLOATOPS = HEADER + """
+.visible .entry floatops(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pf, .param .u64 ph)
+{
+    .reg .pred %p<2>;
+    .reg .b16 %h<8>;
+    .reg .b32 %r<24>;
+    .reg .f32 %f<24>;
+    .reg .b64 %rd<16>;
+
+    mov.u32 %r1, %tid.x;
+    ld.param.u64 %rd1, [pa];
+    ld.param.u64 %rd2, [pb];
+    ld.param.u64 %rd3, [pc];
+    ld.param.u64 %rd4, [pf];
+    ld.param.u64 %rd5, [ph];
+    mul.wide.u32 %rd6, %r1, 4;
+    add.s64 %rd7, %rd1, %rd6;
+    ld.global.f32 %f1, [%rd7];
+    add.s64 %rd7, %rd2, %rd6;
+    ld.global.f32 %f2, [%rd7];
+    add.s64 %rd7, %rd3, %rd6;
+    ld.global.f32 %f3, [%rd7];
+
+    add.f32 %f4, %f1, %f2;
+    mul.f32 %f5, %f1, %f2;
+    fma.rn.f32 %f6, %f1, %f2, %f3;
+    div.rn.f32 %f7, %f1, %f2;
+    min.f32 %f8, %f1, %f2;
+    max.f32 %f9, %f1, %f2;
+    neg.f32 %f10, %f1;
+    setp.ltu.f32 %p1, %f1, %f2;
+    selp.f32 %f11, %f1, %f2, %p1;
+
+    cvt.rn.f16.f32 %h1, %f1;
+    cvt.rz.f16.f32 %h2, %f1;
+    cvt.rn.bf16.f32 %h3, %f1;
+    cvt.rni.s32.f32 %r2, %f1;
+    cvt.rzi.s32.f32 %r3, %f1;
+    cvt.rn.f16x2.f32 %r4, %f1, %f2;
+    cvt.rn.bf16x2.f32 %r5, %f1, %f2;
+    mov.b32 %r6, {%h1, %h2};
+    cvt.f32.f16 %f12, %h1;
+    cvt.rn.f32.s32 %f13, %r2;
+
+    mul.wide.u32 %rd6, %r1, 32;
+    add.s64 %rd7, %rd4, %rd6;
+    st.global.v4.f32 [%rd7], {%f4, %f5, %f6, %f7};
+    st.global.v4.f32 [%rd7+16], {%f8, %f9, %f10, %f11};
+    add.s64 %rd7, %rd5, %rd6;
+    mov.b32 %r7, {%h3, %h3};
+    mov.b32 %r8, %f12;
+    mov.b32 %r9, %f13;
+    st.global.v4.b32 [%rd7], {%r2, %r3, %r4, %r5};
+    st.global.v4.b32 [%rd7+16], {%r6, %r7, %r8, %r9};
+    ret;
+}
+"""
+
+# Packed half arithmetic: per thread i, 32-bit words a[i], b[i], c[i] holding two f16 (or two
+# bf16) each: out[4 * i + k] = add, mul, fma (f16x2) and fma (bf16x2).
+HALFOPS = HEADER + """
+.visible .entry halfops(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pout)
+{
+    .reg .b32 %r<16>;
+    .reg .b64 %rd<12>;
+
+    mov.u32 %r1, %tid.x;
+    ld.param.u64 %rd1, [pa];
+    ld.param.u64 %rd2, [pb];
+    ld.param.u64 %rd3, [pc];
+    ld.param.u64 %rd4, [pout];
+    mul.wide.u32 %rd5, %r1, 4;
+    add.s64 %rd6, %rd1, %rd5;
+    ld.global.b32 %r2, [%rd6];
+    add.s64 %rd6, %rd2, %rd5;
+    ld.global.b32 %r3, [%rd6];
+    add.s64 %rd6, %rd3, %rd5;
+    ld.global.b32 %r4, [%rd6];
+    add.rn.f16x2 %r5, %r2, %r3;
+    mul.rn.f16x2 %r6, %r2, %r3;
+    fma.rn.f16x2 %r7, %r2, %r3, %r4;
+    fma.rn.bf16x2 %r8, %r2, %r3, %r4;
+    mul.wide.u32 %rd5, %r1, 16;
+    add.s64 %rd6, %rd4, %rd5;
+    st.global.v4.b32 [%rd6], {%r5, %r6, %r7, %r8};
+    ret;
+}
+"""
+
+# Sum of n floats per CTA through shared memory: each of 256 threads loads one element (0 past
+# n), a tree of halving strides with bar.sync between levels, thread 0 stores the CTA's sum.
+REDUCE = HEADER + """
+.visible .entry reduce(.param .u64 pin, .param .u64 pout, .param .u32 n)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<16>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<8>;
+    .shared .align 4 .f32 partial[256];
+
+    ld.param.u64 %rd1, [pin];
+    ld.param.u64 %rd2, [pout];
+    ld.param.u32 %r1, [n];
+    mov.u32 %r2, %tid.x;
+    mov.u32 %r3, %ctaid.x;
+    mad.lo.s32 %r4, %r3, 256, %r2;
+    mov.f32 %f1, 0f00000000;
+    setp.lt.u32 %p1, %r4, %r1;
+    mul.wide.u32 %rd3, %r4, 4;
+    add.s64 %rd4, %rd1, %rd3;
+    @%p1 ld.global.f32 %f1, [%rd4];
+    mov.u32 %r5, partial;
+    shl.b32 %r6, %r2, 2;
+    add.s32 %r7, %r5, %r6;
+    st.shared.f32 [%r7], %f1;
+    bar.sync 0;
+    mov.u32 %r8, 128;
+LEVEL:
+    setp.ge.u32 %p2, %r2, %r8;
+    @%p2 bra SKIP;
+    shl.b32 %r9, %r8, 2;
+    add.s32 %r10, %r7, %r9;
+    ld.shared.f32 %f2, [%r10];
+    ld.shared.f32 %f3, [%r7];
+    add.f32 %f3, %f3, %f2;
+    st.shared.f32 [%r7], %f3;
+SKIP:
+    bar.sync 0;
+    shr.u32 %r8, %r8, 1;
+    setp.ne.u32 %p3, %r8, 0;
+    @%p3 bra LEVEL;
+    setp.ne.u32 %p2, %r2, 0;
+    @%p2 bra DONE;
+    ld.shared.f32 %f2, [partial];
+    mul.wide.u32 %rd5, %r3, 4;
+    add.s64 %rd6, %rd2, %rd5;
+    st.global.f32 [%rd6], %f2;
+DONE:
+    ret;
+}
+"""
+
+# Faults: thread `bad` of the CTA stores one float past a 64-float shared array, or (mode 1)
+# exits before a bar.sync the others wait at.
+FAULTS = HEADER + """
+.visible .entry faults(.param .u32 bad, .param .u32 mode)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<8>;
+    .reg .f32 %f<2>;
+    .shared .align 4 .b8 buf[256];
+
+    ld.param.u32 %r1, [bad];
+    ld.param.u32 %r6, [mode];
+    mov.u32 %r2, %tid.x;
+    setp.eq.u32 %p1, %r2, %r1;
+    setp.eq.u32 %p2, %r6, 1;
+    @%p2 bra BARRIER;
+    mov.u32 %r3, buf;
+    selp.u32 %r4, 64, %r2, %p1;
+    shl.b32 %r4, %r4, 2;
+    add.s32 %r5, %r3, %r4;
+    mov.f32 %f1, 0f3F800000;
+    st.shared.f32 [%r5], %f1;
+    ret;
+BARRIER:
+    @%p1 ret;
+    bar.sync 0;
+    ret;
+}
+"""
+
+# An instruction outside the interpreter's subset (valid PTX all the same).
+UNSUPPORTED = HEADER + """
+.visible .entry unsupported(.param .u64 out)
+{
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    popc.b32 %r2, %r1;
+    st.global.u32 [%rd1], %r2;
+    ret;
+}
+"""

@@ -1,0 +1,302 @@
+"""The PTX reference interpreter against numpy (and ml_dtypes, Python fractions) on hand-written
+kernels that ptxas assembles for sm_80 and sm_90."""
+import shutil
+import subprocess
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import ptx_kernels as K
+from loopstack.errors import ArgumentError, LoopstackError, SimulationError
+from loopstack.isa.ptx.sim import launch
+
+KERNELS = {name: getattr(K, name) for name in dir(K) if name.isupper() and name != "HEADER"}
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_kernel_assembles_with_ptxas(name, arch, tmp_path):
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("ptxas (CUDA toolkit) is not on the PATH")
+    path = tmp_path / f"{name}.ptx"
+    path.write_text(KERNELS[name])
+    r = subprocess.run([ptxas, f"-arch={arch}", "-o", "/dev/null", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_simulation_error_is_a_loopstack_error():
+    assert issubclass(SimulationError, LoopstackError)
+
+
+# ---- scalar kernels ----------------------------------------------------------------------------
+
+@settings(max_examples=15)
+@given(n=st.integers(1, 700), block=st.sampled_from([32, 64, 128, 96]), seed=st.integers(0, 2**16))
+def test_vadd_with_tail(n, block, seed):
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    c = np.full(n, -7.0, np.float32)
+    launch(K.VADD, "vadd", grid=((n + block - 1) // block,), block=(block,), args=[a, b, c, n])
+    np.testing.assert_array_equal(c, a + b)
+
+
+def test_vadd_reads_past_the_end_raise_naming_instruction_thread_and_address():
+    a, b, c = (np.zeros(100, np.float32) for _ in range(3))
+    with pytest.raises(SimulationError) as err:
+        launch(K.VADD, "vadd", grid=(1,), block=(128,), args=[a, b, c, 101])
+    msg = str(err.value)
+    assert "ld.global.f32 %f1" in msg and "thread (100, 0, 0)" in msg and "past the end of argument a" in msg
+    assert "0x1" in msg                     # the faulting address
+
+
+def test_divergent_branches_loops_and_early_exit():
+    n = 96
+    out = np.full(n, 12345, np.int32)
+    launch(K.DIVERGE, "diverge", grid=(1,), block=(n,), args=[out])
+    ref = np.full(n, 12345, np.int32)
+    for t in range(n):
+        if t % 7 == 6:
+            continue
+        x = 3 * t if t & 1 else (t + 100 if t & 2 else -t)
+        ref[t] = x + sum(range(t % 5))
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_special_registers_3d():
+    grid, block = (3, 2, 2), (8, 4, 2)
+    threads = np.prod(block) * np.prod(grid)
+    out = np.zeros(threads * 12, np.uint32)
+    launch(K.SPECIALS, "specials", grid=grid, block=block, args=[out])
+    got = out.reshape(threads, 12)
+    rows = []
+    for cz in range(grid[2]):
+        for cy in range(grid[1]):
+            for cx in range(grid[0]):
+                for tz in range(block[2]):
+                    for ty in range(block[1]):
+                        for tx in range(block[0]):
+                            lin = tx + block[0] * (ty + block[1] * tz)
+                            rows.append([tx, ty, tz, cx, cy, cz, lin % 32, lin // 32, block[0], grid[0],
+                                         block[1], grid[1]])
+    np.testing.assert_array_equal(got, np.array(rows, np.uint32))
+
+
+def _int_reference(a, b, x, y):
+    """The INTOPS results computed with Python integers."""
+    def s32(v):
+        return (v + 2**31) % 2**32 - 2**31
+
+    def u32(v):
+        return v % 2**32
+
+    def s64(v):
+        return (v + 2**63) % 2**64 - 2**63
+
+    def tdiv(p, q):
+        r = abs(p) // abs(q)
+        return r if (p < 0) == (q < 0) else -r
+
+    out, wide = [], []
+    for ai, bi, xi, yi in zip(a.tolist(), b.tolist(), x.tolist(), y.tolist()):
+        ua, ub = u32(ai), u32(bi)
+        sh = bi & 31
+        r = [s32(ai + bi), s32(ai - bi), s32(ai * bi), s32((ai * bi) >> 32), s32((ua * ub) >> 32),
+             s32(tdiv(ai, bi)), s32(ai - tdiv(ai, bi) * bi), s32(ua // ub), s32(ua % ub),
+             s32(ai << sh), ai >> sh, s32(ua >> sh), ai >> 31, min(ai, bi), s32(max(ua, ub)),
+             int(ai < bi), int(ua < ub), max(-128, min(127, ai)), s32(((ai & 0xFF) ^ 0x80) - 0x80),
+             s32(-ai), s32(abs(ai)), s32(~(ai ^ bi)), s32(ai * bi + ai),
+             7 if (ai > 0 and ua < ub) else -7]
+        out.append(r)
+        wide.append([s64(xi + yi), s64(xi * yi), s64((xi * yi) >> 64),
+                     s64(((xi % 2**64) * (yi % 2**64)) >> 64), ai * bi, s64(tdiv(xi, yi))])
+    return np.array(out, np.int64).astype(np.int32), np.array(wide, dtype=object).astype(np.int64)
+
+
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_integer_semantics_wrap_like_the_hardware(seed):
+    rng = np.random.default_rng(seed)
+    n = 64
+    edges = np.array([0, 1, -1, 2**31 - 1, -2**31, 7, -7, 40], np.int64)
+    a = rng.integers(-2**31, 2**31, n)
+    b = rng.integers(-2**31, 2**31, n)
+    a[:8], b[8:16] = edges, edges
+    b[b == 0] = 3
+    a, b = a.astype(np.int32), b.astype(np.int32)
+    x = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)
+    y = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64)
+    x[:4] = [-2**63, 2**63 - 1, -1, 5]
+    y[y == 0] = 11
+    out, wide = np.zeros(n * 24, np.int32), np.zeros(n * 6, np.int64)
+    launch(K.INTOPS, "intops", grid=(1,), block=(n,), args=[a, b, x, y, out, wide])
+    ref_out, ref_wide = _int_reference(a, b, x, y)
+    np.testing.assert_array_equal(out.reshape(n, 24), ref_out)
+    np.testing.assert_array_equal(wide.reshape(n, 6), ref_wide)
+
+
+def _nearest(exact: Fraction, dtype) -> float:
+    """The value of numpy float `dtype` nearest `exact`, ties to even (an independent oracle)."""
+    f = dtype(float(exact))
+    cands = {f, np.nextafter(f, dtype(np.inf)), np.nextafter(f, dtype(-np.inf))}
+    cands = [c for c in cands if np.isfinite(c)]
+    best = min(cands, key=lambda c: (abs(Fraction(float(c)) - exact),
+                                     int(np.array(c).view(np.uint16 if dtype == np.float16 else np.uint32)) & 1))
+    return best
+
+
+def _bf16_bits(x):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_float_semantics_round_once(seed):
+    rng = np.random.default_rng(seed)
+    n = 64
+    a = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
+    b = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
+    c = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
+    a[:6] = [np.nan, 1e30, -1e30, 65520.0, 2.5, -3.5]
+    b[:6] = [1.0, 2.0, np.nan, 1.0, 1.0, 1.0]
+    f, h = np.zeros(n * 8, np.float32), np.zeros(n * 8, np.uint32)
+    launch(K.FLOATOPS, "floatops", grid=(1,), block=(n,), args=[a, b, c, f, h])
+    f, h = f.reshape(n, 8), h.reshape(n, 8)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(f[:, 0], a + b)
+        np.testing.assert_array_equal(f[:, 1], a * b)
+        fma = [_nearest(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)), np.float32)
+               if np.isfinite(x) and np.isfinite(y) else np.nan for x, y, z in zip(a, b, c)]
+        np.testing.assert_array_equal(f[6:, 2], np.array(fma, np.float32)[6:])
+        np.testing.assert_array_equal(f[:, 3], a / b)
+        np.testing.assert_array_equal(f[:, 4], np.fmin(a, b))
+        np.testing.assert_array_equal(f[:, 5], np.fmax(a, b))
+        np.testing.assert_array_equal(f[:, 6], -a)
+        np.testing.assert_array_equal(f[:, 7], np.where(~(a >= b), a, b))     # ltu: unordered or less
+        half_rn = a.astype(np.float16)
+        half_rn = np.where(np.isnan(half_rn), np.uint16(0x7FFF).view(np.float16), half_rn)
+        half_rz = np.array([np.nextafter(v, np.float16(0)) if abs(float(v)) > abs(float(x)) else v
+                            for v, x in zip(half_rn, a)], np.float16)
+        low = h[:, 4] & 0xFFFF
+        np.testing.assert_array_equal(low.astype(np.uint16), half_rn.view(np.uint16))
+        np.testing.assert_array_equal((h[:, 4] >> 16).astype(np.uint16)[1:], half_rz.view(np.uint16)[1:])
+        bf = _bf16_bits(a)
+        bf = np.where(np.isnan(a), np.uint16(0x7FFF), bf)
+        np.testing.assert_array_equal((h[:, 5] & 0xFFFF).astype(np.uint16), bf)
+        big = np.iinfo(np.int32)
+        rni = np.clip(np.nan_to_num(np.rint(a.astype(np.float64)), nan=0), big.min, big.max).astype(np.int32)
+        rzi = np.clip(np.nan_to_num(np.trunc(a.astype(np.float64)), nan=0), big.min, big.max).astype(np.int32)
+        np.testing.assert_array_equal(h[:, 0].view(np.int32), rni)
+        np.testing.assert_array_equal(h[:, 1].view(np.int32), rzi)
+        packed_h = (half_rn.view(np.uint16).astype(np.uint32) << 16) | \
+            np.where(np.isnan(b), np.uint16(0x7FFF), b.astype(np.float16).view(np.uint16)).astype(np.uint32)
+        np.testing.assert_array_equal(h[:, 2], packed_h)
+        packed_b = (bf.astype(np.uint32) << 16) | np.where(np.isnan(b), 0x7FFF, _bf16_bits(b)).astype(np.uint32)
+        np.testing.assert_array_equal(h[:, 3], packed_b)
+        np.testing.assert_array_equal(h[:, 5], (bf.astype(np.uint32) << 16) | bf)
+        np.testing.assert_array_equal(h[:, 6].view(np.float32), half_rn.astype(np.float32))
+        np.testing.assert_array_equal(h[:, 7].view(np.float32), h[:, 0].view(np.int32).astype(np.float32))
+
+
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_packed_half_arithmetic(seed):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(seed)
+    n = 32
+    # values in narrow ranges so that the exact results fit the oracles' own precision
+    a = rng.uniform(0.5, 2, (n, 2))
+    b = rng.uniform(0.5, 2, (n, 2)) * rng.choice([-1, 1], (n, 2))
+    c = rng.uniform(0.5, 4, (n, 2))
+    words = [x.astype(np.float16).view(np.uint32).reshape(n) for x in (a, b, c)]
+    out = np.zeros(n * 4, np.uint32)
+    launch(K.HALFOPS, "halfops", grid=(1,), block=(n,), args=[*words, out])
+    out = [np.ascontiguousarray(col) for col in out.reshape(n, 4).T]
+    ha, hb, hc = (w.view(np.float16).reshape(n, 2) for w in words)
+    np.testing.assert_array_equal(out[0].view(np.float16).reshape(n, 2), ha + hb)
+    np.testing.assert_array_equal(out[1].view(np.float16).reshape(n, 2), ha * hb)
+    fma = np.array([[_nearest(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)), np.float16)
+                     for x, y, z in zip(*row)] for row in zip(ha, hb, hc)], np.float16)
+    np.testing.assert_array_equal(out[2].view(np.float16).reshape(n, 2), fma)
+    # the same words read as bf16 pairs: the exact a*b+c (< 24 bits here) rounded by ml_dtypes
+    ba, bb, bc = (w.view(np.uint16).reshape(n, 2) for w in words)
+    f32 = [(x.astype(np.uint32) << 16).view(np.float32).astype(np.float64) for x in (ba, bb, bc)]
+    exact = f32[0] * f32[1] + f32[2]
+    ok = np.abs(exact) < 2.0 ** 100
+    ref = exact.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+    got = out[3].view(np.uint16).reshape(n, 2)
+    np.testing.assert_array_equal(got[ok], ref[ok])
+
+
+# ---- shared memory and barriers ------------------------------------------------------------------
+
+@settings(max_examples=8)
+@given(n=st.integers(1, 900), seed=st.integers(0, 2**16))
+def test_reduction_through_shared_memory_and_barriers(n, seed):
+    x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+    ctas = (n + 255) // 256
+    out = np.zeros(ctas, np.float32)
+    launch(K.REDUCE, "reduce", grid=(ctas,), block=(256,), args=[x, out, n])
+    padded = np.zeros(ctas * 256, np.float32)
+    padded[:n] = x
+    part = padded.reshape(ctas, 256).copy()
+    stride = 128
+    while stride:
+        part[:, :stride] += part[:, stride:2 * stride]      # the kernel's tree, in f32
+        stride //= 2
+    np.testing.assert_array_equal(out, part[:, 0])
+
+
+def test_shared_store_out_of_bounds_raises():
+    launch(K.FAULTS, "faults", grid=(1,), block=(64,), args=[1000, 0])   # nobody strays
+    with pytest.raises(SimulationError, match=r"st.shared.f32.*thread \(5, 0, 0\).*shared address 0x100"):
+        launch(K.FAULTS, "faults", grid=(1,), block=(64,), args=[5, 0])
+
+
+def test_barrier_after_an_exit_raises():
+    launch(K.FAULTS, "faults", grid=(1,), block=(64,), args=[1000, 1])
+    with pytest.raises(SimulationError, match=r"bar.sync can never complete.*thread \(9, 0, 0\).*exited"):
+        launch(K.FAULTS, "faults", grid=(1,), block=(64,), args=[9, 1])
+
+
+def test_unsupported_instruction_raises():
+    with pytest.raises(SimulationError, match="unsupported: popc.b32"):
+        launch(K.UNSUPPORTED, "unsupported", grid=(1,), block=(32,), args=[np.zeros(1, np.uint32)])
+
+
+def test_bad_launch_arguments():
+    a = np.zeros(4, np.float32)
+    with pytest.raises(ArgumentError, match="takes 4 arguments"):
+        launch(K.VADD, "vadd", grid=(1,), block=(4,), args=[a, a, a])
+    with pytest.raises(ArgumentError, match="no entry 'nope'"):
+        launch(K.VADD, "nope", grid=(1,), block=(4,), args=[a, a, a, 4])
+    with pytest.raises(ArgumentError, match="out of range"):
+        launch(K.VADD, "vadd", grid=(1,), block=(4,), args=[a, a, a, -1])
+
+
+def test_read_only_array_store_raises():
+    a = np.zeros(4, np.float32)
+    c = np.zeros(4, np.float32)
+    c.flags.writeable = False
+    with pytest.raises(SimulationError, match="read-only"):
+        launch(K.VADD, "vadd", grid=(1,), block=(4,), args=[a, a, c, 4])
+
+
+def test_endless_loop_is_stopped():
+    ptx = K.HEADER + """
+.visible .entry spin()
+{
+L:
+    bra.uni L;
+}
+"""
+    with pytest.raises(SimulationError, match="endless loop"):
+        launch(ptx, "spin", grid=(1,), block=(32,), max_steps=1000)
+
+
+def test_parse_errors_name_the_line():
+    with pytest.raises(SimulationError, match="line 7"):
+        launch(K.HEADER + "\n.visible .entry e()\n{\n  add.s32 %r1, %r2, 1;\n}\n", "e")
