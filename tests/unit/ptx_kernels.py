@@ -405,3 +405,291 @@ UNSUPPORTED = HEADER + """
     ret;
 }
 """
+
+# cp.async staging, 64 threads, 16 bytes each.  Group 0 copies src0[16t..] (src-size clamps at
+# nbytes, zero-filling the rest), group 1 copies src1[16t..] with .cg.  Per thread four 16-byte
+# rows of out: the stage read before any wait, after wait_group 1 (group 0 landed, group 1 not
+# yet), group 1 after wait_group 0 + bar.sync, read from the next thread's slot.
+CPASYNC = HEADER + """
+.visible .entry cpasync(.param .u64 psrc0, .param .u64 psrc1, .param .u64 pout, .param .u32 nbytes)
+{
+    .reg .b32 %r<24>;
+    .reg .b64 %rd<12>;
+    .shared .align 16 .b8 stage[2048];
+
+    ld.param.u64 %rd1, [psrc0];
+    ld.param.u64 %rd2, [psrc1];
+    ld.param.u64 %rd3, [pout];
+    ld.param.u32 %r1, [nbytes];
+    mov.u32 %r2, %tid.x;
+    shl.b32 %r3, %r2, 4;
+    sub.s32 %r4, %r1, %r3;
+    min.s32 %r4, %r4, 16;
+    max.s32 %r4, %r4, 0;
+    mov.u32 %r5, stage;
+    add.s32 %r6, %r5, %r3;
+    add.s32 %r7, %r6, 1024;
+    cvt.u64.u32 %rd4, %r3;
+    add.s64 %rd5, %rd1, %rd4;
+    add.s64 %rd6, %rd2, %rd4;
+    cp.async.ca.shared.global [%r6], [%rd5], 16, %r4;
+    cp.async.commit_group;
+    cp.async.cg.shared.global [%r7], [%rd6], 16;
+    cp.async.commit_group;
+    shl.b32 %r8, %r2, 6;
+    cvt.u64.u32 %rd7, %r8;
+    add.s64 %rd8, %rd3, %rd7;
+    ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r6];
+    st.global.v4.b32 [%rd8], {%r10, %r11, %r12, %r13};
+    cp.async.wait_group 1;
+    ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r6];
+    st.global.v4.b32 [%rd8+16], {%r10, %r11, %r12, %r13};
+    ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r7];
+    st.global.v4.b32 [%rd8+32], {%r10, %r11, %r12, %r13};
+    cp.async.wait_group 0;
+    bar.sync 0;
+    add.s32 %r14, %r2, 1;
+    and.b32 %r14, %r14, 63;
+    shl.b32 %r14, %r14, 4;
+    add.s32 %r14, %r14, %r5;
+    ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r14+1024];
+    st.global.v4.b32 [%rd8+48], {%r10, %r11, %r12, %r13};
+    ret;
+}
+"""
+
+# ldmatrix, one warp: four 8x8 b16 matrices m[4][8][8] are copied to shared memory with a row
+# stride of 32 bytes, lane l addressing row l%8 of matrix l/8 (lanes past the matrices an .x1
+# or .x2 reads give an address outside shared memory: they must not be read).  Per lane 16 words:
+# x1, x2, x4, x1.trans, x2.trans, x4.trans, and two zeros.
+LDMATRIX = HEADER + """
+.visible .entry ldmatrix(.param .u64 pm, .param .u64 pout)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<32>;
+    .reg .b64 %rd<8>;
+    .shared .align 16 .b8 tiles[1024];
+
+    ld.param.u64 %rd1, [pm];
+    ld.param.u64 %rd2, [pout];
+    mov.u32 %r1, %laneid;
+    // copy row l of the 32 rows (16 bytes) into shared memory at 32 * l
+    mul.wide.u32 %rd3, %r1, 16;
+    add.s64 %rd4, %rd1, %rd3;
+    ld.global.v4.b32 {%r2, %r3, %r4, %r5}, [%rd4];
+    mov.u32 %r6, tiles;
+    shl.b32 %r7, %r1, 5;
+    add.s32 %r8, %r6, %r7;
+    st.shared.v4.b32 [%r8], {%r2, %r3, %r4, %r5};
+    bar.sync 0;
+    setp.lt.u32 %p1, %r1, 8;
+    setp.lt.u32 %p2, %r1, 16;
+    selp.u32 %r9, %r8, 1048560, %p1;
+    selp.u32 %r10, %r8, 1048560, %p2;
+    ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r11}, [%r9];
+    ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%r12, %r13}, [%r10];
+    ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r14, %r15, %r16, %r17}, [%r8];
+    ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%r18}, [%r9];
+    ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%r19, %r20}, [%r10];
+    ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r21, %r22, %r23, %r24}, [%r8];
+    mov.u32 %r25, 0;
+    mul.wide.u32 %rd5, %r1, 64;
+    add.s64 %rd6, %rd2, %rd5;
+    st.global.v4.b32 [%rd6], {%r11, %r12, %r13, %r14};
+    st.global.v4.b32 [%rd6+16], {%r15, %r16, %r17, %r18};
+    st.global.v4.b32 [%rd6+32], {%r19, %r20, %r21, %r22};
+    st.global.v4.b32 [%rd6+48], {%r23, %r24, %r25, %r25};
+    ret;
+}
+"""
+
+
+def _mma_kernel(name, opcode):
+    """One mma per warp: lane l of warp w reads its A (4 words), B (2) and C (4) fragment
+    registers from a[(32w + l) * 4 ..], b[(32w + l) * 2 ..], c[..] and stores D likewise."""
+    return HEADER + f"""
+.visible .entry {name}(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 pd)
+{{
+    .reg .b32 %r<20>;
+    .reg .b64 %rd<12>;
+
+    ld.param.u64 %rd1, [pa];
+    ld.param.u64 %rd2, [pb];
+    ld.param.u64 %rd3, [pc];
+    ld.param.u64 %rd4, [pd];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd5, %r1, 16;
+    mul.wide.u32 %rd6, %r1, 8;
+    add.s64 %rd7, %rd1, %rd5;
+    ld.global.v4.b32 {{%r2, %r3, %r4, %r5}}, [%rd7];
+    add.s64 %rd7, %rd2, %rd6;
+    ld.global.v2.b32 {{%r6, %r7}}, [%rd7];
+    add.s64 %rd7, %rd3, %rd5;
+    ld.global.v4.b32 {{%r8, %r9, %r10, %r11}}, [%rd7];
+    {opcode} {{%r12, %r13, %r14, %r15}}, {{%r2, %r3, %r4, %r5}}, {{%r6, %r7}}, {{%r8, %r9, %r10, %r11}};
+    add.s64 %rd7, %rd4, %rd5;
+    st.global.v4.b32 [%rd7], {{%r12, %r13, %r14, %r15}};
+    ret;
+}}
+"""
+
+
+MMA_F16 = _mma_kernel("mma_f16", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
+MMA_BF16 = _mma_kernel("mma_bf16", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
+MMA_S8 = _mma_kernel("mma_s8", "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32")
+MMA_S8_SAT = _mma_kernel("mma_s8_sat", "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32")
+
+# The same mma behind a guard that only some lanes of the warp pass: invalid (.aligned).
+MMA_PARTIAL = MMA_F16.replace("mma_f16", "mma_partial").replace(
+    "    mma.sync", "    setp.lt.u32 %p1, %r1, 16;\n    @%p1 mma.sync").replace(
+    ".reg .b32 %r<20>;", ".reg .b32 %r<20>;\n    .reg .pred %p<2>;")
+
+
+def _gemm_f16():
+    """C[M, N] (f32) = A[M, K] @ B[K, N] (f16, row-major), M and N multiples of 64, K of 32.
+
+    A CTA of 4 warps computes a 64x64 tile of C, each warp 32x32 as 2x4 mma.m16n8k16; per
+    32-wide slice of K, cp.async stages A (64x32) and B (32x64) in shared memory, ldmatrix.x4
+    reads A fragments and ldmatrix.x4.trans B fragments (B is k-major in shared memory)."""
+    acc = lambda mi, ni, i: f"%acc{(mi * 4 + ni) * 4 + i}"          # noqa: E731
+    zero = "\n".join(f"    mov.f32 %acc{i}, 0f00000000;" for i in range(32))
+    compute = []
+    for kk in (0, 16):
+        compute += [
+            f"    ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%a0, %a1, %a2, %a3}}, [%r34+{kk * 2}];",
+            f"    ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%a4, %a5, %a6, %a7}}, [%r34+{1024 + kk * 2}];",
+            f"    ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%b0, %b1, %b2, %b3}}, [%r36+{kk * 128}];",
+            f"    ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%b4, %b5, %b6, %b7}}, [%r36+{32 + kk * 128}];",
+        ]
+        for mi in range(2):
+            for ni in range(4):
+                d = ", ".join(acc(mi, ni, i) for i in range(4))
+                a = ", ".join(f"%a{4 * mi + i}" for i in range(4))
+                compute.append(f"    mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{d}}}, {{{a}}}, "
+                               f"{{%b{2 * ni}, %b{2 * ni + 1}}}, {{{d}}};")
+    store = []
+    for mi in range(2):
+        for h in range(2):
+            if mi or h:
+                store.append("    add.s64 %rd13, %rd13, %rd14;")
+            for ni in range(4):
+                store.append(f"    st.global.v2.f32 [%rd13+{ni * 32}], {{{acc(mi, ni, 2 * h)}, {acc(mi, ni, 2 * h + 1)}}};")
+    compute, store = "\n".join(compute), "\n".join(store)
+    return HEADER + f"""
+.visible .entry gemm_f16(.param .u64 pa, .param .u64 pb, .param .u64 pc,
+                         .param .u32 M, .param .u32 N, .param .u32 K)
+{{
+    .reg .pred %p<2>;
+    .reg .b32 %r<64>;
+    .reg .b32 %a<8>;
+    .reg .b32 %b<8>;
+    .reg .f32 %acc<32>;
+    .reg .b64 %rd<24>;
+    .shared .align 128 .b8 sA[4096];
+    .shared .align 128 .b8 sB[4096];
+
+    ld.param.u64 %rd1, [pa];
+    ld.param.u64 %rd2, [pb];
+    ld.param.u64 %rd3, [pc];
+    ld.param.u32 %r1, [M];
+    ld.param.u32 %r2, [N];
+    ld.param.u32 %r3, [K];
+    mov.u32 %r4, %tid.x;
+    mov.u32 %r5, %ctaid.x;
+    mov.u32 %r6, %ctaid.y;
+    shl.b32 %r7, %r5, 6;            // n0
+    shl.b32 %r8, %r6, 6;            // m0
+    shr.u32 %r9, %r4, 5;            // warp
+    and.b32 %r10, %r4, 31;          // lane
+    shr.u32 %r11, %r9, 1;           // warp row
+    and.b32 %r12, %r9, 1;           // warp column
+    mov.u32 %r13, sA;
+    mov.u32 %r14, sB;
+{zero}
+    // A: 16-byte chunks t and t+128 of the 64x32 tile: row t/4 (+32), column (t%4)*8
+    shr.u32 %r15, %r4, 2;
+    and.b32 %r16, %r4, 3;
+    add.s32 %r17, %r8, %r15;
+    mul.lo.s32 %r18, %r17, %r3;
+    shl.b32 %r19, %r16, 3;
+    add.s32 %r18, %r18, %r19;
+    mul.wide.u32 %rd4, %r18, 2;
+    add.s64 %rd5, %rd1, %rd4;
+    mul.wide.u32 %rd6, %r3, 64;
+    add.s64 %rd7, %rd5, %rd6;
+    shl.b32 %r20, %r15, 6;
+    shl.b32 %r21, %r16, 4;
+    add.s32 %r22, %r20, %r21;
+    add.s32 %r22, %r22, %r13;
+    add.s32 %r23, %r22, 2048;
+    // B: chunks t and t+128 of the 32x64 tile: row t/8 (+16), column (t%8)*8
+    shr.u32 %r24, %r4, 3;
+    and.b32 %r25, %r4, 7;
+    mul.lo.s32 %r26, %r24, %r2;
+    add.s32 %r26, %r26, %r7;
+    shl.b32 %r27, %r25, 3;
+    add.s32 %r26, %r26, %r27;
+    mul.wide.u32 %rd8, %r26, 2;
+    add.s64 %rd9, %rd2, %rd8;
+    mul.wide.u32 %rd10, %r2, 32;
+    add.s64 %rd11, %rd9, %rd10;
+    shl.b32 %r28, %r24, 7;
+    shl.b32 %r29, %r25, 4;
+    add.s32 %r30, %r28, %r29;
+    add.s32 %r30, %r30, %r14;
+    add.s32 %r31, %r30, 2048;
+    mul.wide.u32 %rd12, %r2, 64;    // 32 rows of B, in bytes
+    // ldmatrix row addresses: lane l gives row l%16, column block l/16 of its 16x16 (A) or of
+    // two adjacent k16 x n8 tiles (B)
+    and.b32 %r32, %r10, 15;
+    shr.u32 %r33, %r10, 4;
+    shl.b32 %r34, %r11, 5;
+    add.s32 %r34, %r34, %r32;
+    shl.b32 %r34, %r34, 6;
+    shl.b32 %r35, %r33, 4;
+    add.s32 %r34, %r34, %r35;
+    add.s32 %r34, %r34, %r13;
+    shl.b32 %r36, %r32, 7;
+    shl.b32 %r37, %r12, 6;
+    add.s32 %r36, %r36, %r37;
+    add.s32 %r36, %r36, %r35;
+    add.s32 %r36, %r36, %r14;
+    mov.u32 %r38, 0;
+LOOP:
+    cp.async.cg.shared.global [%r22], [%rd5], 16;
+    cp.async.cg.shared.global [%r23], [%rd7], 16;
+    cp.async.cg.shared.global [%r30], [%rd9], 16;
+    cp.async.cg.shared.global [%r31], [%rd11], 16;
+    cp.async.commit_group;
+    cp.async.wait_group 0;
+    bar.sync 0;
+{compute}
+    bar.sync 0;
+    add.s64 %rd5, %rd5, 64;
+    add.s64 %rd7, %rd7, 64;
+    add.s64 %rd9, %rd9, %rd12;
+    add.s64 %rd11, %rd11, %rd12;
+    add.s32 %r38, %r38, 32;
+    setp.lt.u32 %p1, %r38, %r3;
+    @%p1 bra LOOP;
+    // C: lane (g, t) holds rows g and g+8, columns 2t, 2t+1 of each 16x8 tile
+    shr.u32 %r40, %r10, 2;
+    and.b32 %r41, %r10, 3;
+    shl.b32 %r42, %r11, 5;
+    add.s32 %r42, %r42, %r8;
+    add.s32 %r42, %r42, %r40;
+    shl.b32 %r43, %r12, 5;
+    add.s32 %r43, %r43, %r7;
+    shl.b32 %r44, %r41, 1;
+    add.s32 %r43, %r43, %r44;
+    mad.lo.s32 %r45, %r42, %r2, %r43;
+    mul.wide.u32 %rd15, %r45, 4;
+    add.s64 %rd13, %rd3, %rd15;
+    mul.wide.u32 %rd14, %r2, 32;    // 8 rows of C, in bytes
+{store}
+    ret;
+}}
+"""
+
+
+GEMM_F16 = _gemm_f16()

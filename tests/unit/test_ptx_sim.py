@@ -300,3 +300,157 @@ L:
 def test_parse_errors_name_the_line():
     with pytest.raises(SimulationError, match="line 7"):
         launch(K.HEADER + "\n.visible .entry e()\n{\n  add.s32 %r1, %r2, 1;\n}\n", "e")
+
+
+# ---- cp.async -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nbytes", [1024, 1000, 333, 0])
+def test_cp_async_lands_only_at_its_wait_and_zero_fills(nbytes):
+    rng = np.random.default_rng(nbytes)
+    src0 = rng.integers(0, 255, nbytes, dtype=np.uint8)     # exactly nbytes: a copy past it faults
+    src1 = rng.integers(0, 255, 1024, dtype=np.uint8)
+    out = np.zeros(64 * 64, np.uint8)
+    launch(K.CPASYNC, "cpasync", grid=(1,), block=(64,), args=[src0, src1, out, nbytes])
+    out = out.reshape(64, 4, 16)
+    filled = np.zeros(1024, np.uint8)
+    filled[:nbytes] = src0
+    assert (out[:, 0] == 0xFF).all()                          # before any wait: nothing landed
+    np.testing.assert_array_equal(out[:, 1].reshape(-1), filled)   # group 0, zero-filled past nbytes
+    assert (out[:, 2] == 0xFF).all()                          # group 1 is still in flight
+    np.testing.assert_array_equal(out[:, 3], np.roll(src1.reshape(64, 16), -1, axis=0))
+
+
+def test_cp_async_source_past_the_array_raises_at_issue():
+    src0 = np.zeros(512, np.uint8)
+    with pytest.raises(SimulationError, match=r"cp.async.ca.*thread \(32, 0, 0\).*past the end of argument psrc0"):
+        launch(K.CPASYNC, "cpasync", grid=(1,), block=(64,),
+               args=[src0, np.zeros(1024, np.uint8), np.zeros(64 * 64, np.uint8), 1024])
+
+
+# ---- ldmatrix -------------------------------------------------------------------------------------
+
+def _ldmatrix_reference(m):
+    """Per lane, the words of x1, x2, x4, x1.trans, x2.trans, x4.trans (PTX ISA: lane l holds
+    row l/4, columns 2(l%4), 2(l%4)+1 of each matrix; transposed: rows 2(l%4), 2(l%4)+1 of column l/4)."""
+    out = np.zeros((32, 16), np.uint32)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        plain = [int(m[j, g, 2 * t]) | int(m[j, g, 2 * t + 1]) << 16 for j in range(4)]
+        trans = [int(m[j, 2 * t, g]) | int(m[j, 2 * t + 1, g]) << 16 for j in range(4)]
+        out[lane, :14] = plain[:1] + plain[:2] + plain + trans[:1] + trans[:2] + trans
+    return out
+
+
+def test_ldmatrix_follows_the_ptx_isa_mapping():
+    m = np.random.default_rng(1).integers(0, 2**16, (4, 8, 8), dtype=np.uint16)
+    out = np.zeros(32 * 16, np.uint32)
+    launch(K.LDMATRIX, "ldmatrix", grid=(1,), block=(32,), args=[m, out])
+    np.testing.assert_array_equal(out.reshape(32, 16), _ldmatrix_reference(m))
+
+
+# ---- mma.sync -------------------------------------------------------------------------------------
+# Fragment layouts from the platform notes (checked on an H100): g = lane >> 2, t = lane & 3.
+
+def _frag(mat, lane_i_to_rc, per_lane, dtype):
+    vals = np.zeros((32, per_lane), dtype)
+    for lane in range(32):
+        for i in range(per_lane):
+            vals[lane, i] = mat[lane_i_to_rc(lane, i)]
+    return vals
+
+
+def _a16(lane, i):
+    g, t = lane >> 2, lane & 3
+    return g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >> 2)
+
+
+def _b16(lane, i):
+    g, t = lane >> 2, lane & 3
+    return 2 * t + (i & 1) + 8 * (i >> 1), g
+
+
+def _c(lane, i):
+    g, t = lane >> 2, lane & 3
+    return g + 8 * (i >> 1), 2 * t + (i & 1)
+
+
+def _a8(lane, i):
+    g, t = lane >> 2, lane & 3
+    return g + 8 * ((i >> 2) & 1), 4 * t + (i & 3) + 16 * (i >> 3)
+
+
+def _b8(lane, i):
+    g, t = lane >> 2, lane & 3
+    return 4 * t + (i & 3) + 16 * (i >> 2), g
+
+
+def _run_mma(kernel, entry, a_words, b_words, c_words, warps):
+    d = np.zeros_like(c_words)
+    launch(kernel, entry, grid=(1,), block=(32 * warps,), args=[a_words, b_words, c_words, d])
+    return d
+
+
+@pytest.mark.parametrize("form", ["f16", "bf16"])
+@settings(max_examples=6)
+@given(seed=st.integers(0, 2**32 - 1), warps=st.integers(1, 3))
+def test_mma_f16_bf16_against_numpy(form, seed, warps):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    half = np.float16 if form == "f16" else ml_dtypes.bfloat16
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((warps, 16, 16)).astype(half)
+    B = rng.standard_normal((warps, 16, 8)).astype(half)
+    C = rng.standard_normal((warps, 16, 8)).astype(np.float32)
+    a = np.stack([_frag(A[w], _a16, 8, half) for w in range(warps)]).view(np.uint32).reshape(-1)
+    b = np.stack([_frag(B[w], _b16, 4, half) for w in range(warps)]).view(np.uint32).reshape(-1)
+    c = np.stack([_frag(C[w], _c, 4, np.float32) for w in range(warps)]).view(np.uint32).reshape(-1)
+    kernel, entry = (K.MMA_F16, "mma_f16") if form == "f16" else (K.MMA_BF16, "mma_bf16")
+    d = _run_mma(kernel, entry, a, b, c, warps).view(np.float32).reshape(warps, 32, 4)
+    for w in range(warps):
+        ref = (A[w].astype(np.float64) @ B[w].astype(np.float64) + C[w]).astype(np.float32)
+        np.testing.assert_array_equal(d[w], _frag(ref, _c, 4, np.float32))
+
+
+@pytest.mark.parametrize("sat", [False, True])
+@settings(max_examples=6)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_mma_s8_exact_with_wraparound_or_satfinite(sat, seed):
+    rng = np.random.default_rng(seed)
+    A = rng.integers(-128, 128, (16, 32), dtype=np.int8)
+    B = rng.integers(-128, 128, (32, 8), dtype=np.int8)
+    C = rng.integers(-2**31, 2**31, (16, 8), dtype=np.int64)
+    C[:4] = 2**31 - 1 - rng.integers(0, 100, (4, 8))         # near the top: the sum overflows
+    C[4:8] = -2**31 + rng.integers(0, 100, (4, 8))
+    C = C.astype(np.int32)
+    a = _frag(A, _a8, 16, np.int8).view(np.uint32).reshape(-1)
+    b = _frag(B, _b8, 8, np.int8).view(np.uint32).reshape(-1)
+    c = _frag(C, _c, 4, np.int32).view(np.uint32).reshape(-1)
+    kernel, entry = (K.MMA_S8_SAT, "mma_s8_sat") if sat else (K.MMA_S8, "mma_s8")
+    d = _run_mma(kernel, entry, a, b, c, 1).view(np.int32).reshape(32, 4)
+    exact = A.astype(np.int64) @ B.astype(np.int64) + C
+    ref = np.clip(exact, -2**31, 2**31 - 1) if sat else (exact + 2**31) % 2**32 - 2**31
+    np.testing.assert_array_equal(d, _frag(ref.astype(np.int32), _c, 4, np.int32))
+
+
+def test_mma_with_a_partial_warp_raises():
+    words = np.zeros(32 * 4, np.uint32)
+    with pytest.raises(SimulationError, match="warp-collective"):
+        launch(K.MMA_PARTIAL, "mma_partial", grid=(1,), block=(32,),
+               args=[words, np.zeros(64, np.uint32), words, words.copy()])
+    with pytest.raises(SimulationError, match="needs a whole warp"):
+        launch(K.MMA_F16, "mma_f16", grid=(1,), block=(48,),
+               args=[np.zeros(48 * 4, np.uint32), np.zeros(96, np.uint32), np.zeros(48 * 4, np.uint32),
+                     np.zeros(48 * 4, np.uint32)])
+
+
+# ---- a tiled GEMM: cp.async + ldmatrix(.trans) + mma.sync ---------------------------------------
+
+@pytest.mark.parametrize("m,n,k", [(64, 64, 32), (128, 64, 96), (64, 128, 64)])
+def test_tiled_gemm_f16(m, n, k):
+    rng = np.random.default_rng(m * n + k)
+    A = rng.standard_normal((m, k)).astype(np.float16)
+    B = rng.standard_normal((k, n)).astype(np.float16)
+    C = np.zeros((m, n), np.float32)
+    launch(K.GEMM_F16, "gemm_f16", grid=(n // 64, m // 64), block=(128,), args=[A, B, C, m, n, k])
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    # each mma rounds its 16-term partial sum into the f32 accumulator: error ~ k/16 roundings
+    np.testing.assert_allclose(C, ref, rtol=0, atol=1e-5 * np.abs(A).max() * np.abs(B).max() * k)
