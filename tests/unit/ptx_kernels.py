@@ -693,3 +693,65 @@ LOOP:
 
 
 GEMM_F16 = _gemm_f16()
+
+# Odds and ends, per thread t of n (= ntid.x) from x = in[t] (f32): the dynamic shared array
+# (64-bit shared addresses) read back reversed after a barrier, unpacking and packing through
+# a { } block whose registers shadow the outer ones, ex2/rcp/abs, a saturating cvt to u8.
+MISC = """.version 8.0
+.target sm_80
+.address_size 64
+
+.extern .shared .align 16 .b8 dyn[];
+
+.visible .entry misc(.param .u64 pin, .param .u64 pout)
+{
+    .reg .b16 %h<3>;
+    .reg .b32 %r<24>;
+    .reg .f32 %f<12>;
+    .reg .b64 %rd<16>;
+
+    ld.param.u64 %rd1, [pin];
+    ld.param.u64 %rd2, [pout];
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ntid.x;
+    mul.wide.u32 %rd3, %r1, 4;
+    add.s64 %rd4, %rd1, %rd3;
+    ld.global.nc.f32 %f1, [%rd4];
+    mov.u64 %rd5, dyn;
+    add.s64 %rd6, %rd5, %rd3;
+    st.shared.f32 [%rd6], %f1;
+    bar.sync 0;
+    sub.s32 %r3, %r2, %r1;
+    sub.s32 %r3, %r3, 1;
+    mul.wide.u32 %rd7, %r3, 4;
+    add.s64 %rd8, %rd5, %rd7;
+    ld.shared.f32 %f2, [%rd8];
+    mov.b32 %r4, %f1;
+    mov.u16 %h1, 7;
+    {
+        .reg .b16 %h<3>;
+        mov.b32 {%h1, %h2}, %r4;
+        mov.b32 %r5, {%h2, %h1};
+    }
+    cvt.u32.u16 %r6, %h1;
+    mov.b64 %rd9, {%r4, %r5};
+    mov.b64 {%r7, %r8}, %rd9;
+    mul.f32 %f3, %f1, 0f3E800000;
+    ex2.approx.ftz.f32 %f4, %f3;
+    rcp.approx.f32 %f5, %f1;
+    abs.f32 %f6, %f1;
+    mul.f32 %f7, %f1, 0f42C80000;
+    cvt.rzi.s32.f32 %r9, %f7;
+    cvt.sat.u8.s32 %r10, %r9;
+    mov.b32 %r11, %f4;
+    mov.b32 %r12, %f5;
+    mov.b32 %r13, %f6;
+    mov.b32 %r14, %f2;
+    mul.wide.u32 %rd10, %r1, 48;
+    add.s64 %rd11, %rd2, %rd10;
+    st.global.v4.b32 [%rd11], {%r14, %r5, %r6, %r7};
+    st.global.v4.b32 [%rd11+16], {%r8, %r11, %r12, %r13};
+    st.global.v2.b32 [%rd11+32], {%r10, %r9};
+    ret;
+}
+"""

@@ -454,3 +454,162 @@ def test_tiled_gemm_f16(m, n, k):
     ref = A.astype(np.float64) @ B.astype(np.float64)
     # each mma rounds its 16-term partial sum into the f32 accumulator: error ~ k/16 roundings
     np.testing.assert_allclose(C, ref, rtol=0, atol=1e-5 * np.abs(A).max() * np.abs(B).max() * k)
+
+
+def test_dynamic_shared_block_scopes_packing_and_float_functions():
+    n = 64
+    x = np.random.default_rng(3).uniform(-3, 3, n).astype(np.float32)
+    x[:3] = [0.5, -2.0, 10.0]
+    out = np.zeros(n * 12, np.uint32)
+    launch(K.MISC, "misc", grid=(1,), block=(n,), args=[x, out], dynamic_shared_bytes=4 * n)
+    out = out.reshape(n, 12)
+    bits = x.view(np.uint32)
+    np.testing.assert_array_equal(out[:, 0].view(np.float32), x[::-1])
+    swapped = (bits >> 16) | (bits << 16)
+    np.testing.assert_array_equal(out[:, 1], swapped)
+    assert (out[:, 2] == 7).all()                       # the outer %h1, not the block's
+    np.testing.assert_array_equal(out[:, 3], bits)
+    np.testing.assert_array_equal(out[:, 4], swapped)
+    np.testing.assert_allclose(out[:, 5].view(np.float32), np.exp2(x.astype(np.float64) / 4), rtol=2**-22)
+    np.testing.assert_allclose(out[:, 6].view(np.float32), 1 / x.astype(np.float64), rtol=2**-22)
+    np.testing.assert_array_equal(out[:, 7].view(np.float32), np.abs(x))
+    scaled = np.trunc((x * np.float32(100)).astype(np.float64)).astype(np.int32)
+    np.testing.assert_array_equal(out[:, 9].view(np.int32), scaled)
+    np.testing.assert_array_equal(out[:, 8], np.clip(scaled, 0, 255))
+
+
+def test_dynamic_shared_too_small_faults():
+    with pytest.raises(SimulationError, match="st.shared.f32.*shared address"):
+        launch(K.MISC, "misc", grid=(1,), block=(64,), args=[np.zeros(64, np.float32), np.zeros(64 * 12, np.uint32)],
+               dynamic_shared_bytes=128)
+
+
+# ---- random straight-line integer programs against a Python-integer model --------------------------
+
+M32 = 0xFFFFFFFF
+
+
+def _s(v):
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _tdiv(p, q):
+    r = abs(p) // abs(q)
+    return r if (p < 0) == (q < 0) else -r
+
+
+# opcode -> Python semantics on 32-bit patterns (a, b, c unsigned ints)
+_BINOPS = {
+    "add.s32": lambda a, b: a + b,
+    "sub.s32": lambda a, b: a - b,
+    "mul.lo.s32": lambda a, b: a * b,
+    "mul.hi.s32": lambda a, b: (_s(a) * _s(b)) >> 32,
+    "mul.hi.u32": lambda a, b: (a * b) >> 32,
+    "and.b32": lambda a, b: a & b,
+    "or.b32": lambda a, b: a | b,
+    "xor.b32": lambda a, b: a ^ b,
+    "shl.b32": lambda a, b: a << b if b < 32 else 0,
+    "shr.u32": lambda a, b: a >> b if b < 32 else 0,
+    "shr.s32": lambda a, b: _s(a) >> min(b, 31),
+    "min.s32": lambda a, b: min(_s(a), _s(b)),
+    "max.u32": lambda a, b: max(a, b),
+    "div.u32": lambda a, b: a // (b | 1),
+    "rem.s32": lambda a, b: _s(a) - _tdiv(_s(a), _s(b | 1)) * _s(b | 1),
+}
+_CMPS = {"lt.s32": lambda a, b: _s(a) < _s(b), "hs.u32": lambda a, b: a >= b, "eq.s32": lambda a, b: a == b,
+         "ne.b32": lambda a, b: a != b, "le.s32": lambda a, b: _s(a) <= _s(b), "hi.u32": lambda a, b: a > b}
+
+
+@st.composite
+def _programs(draw):
+    lines, model = [], []
+    for _ in range(draw(st.integers(4, 24))):
+        d, a, b = (draw(st.integers(0, 7)) for _ in range(3))
+        guard = draw(st.sampled_from([None, None, "@%p1 ", "@!%p1 "]))
+        kind = draw(st.sampled_from(["bin", "bin", "bin", "setp", "selp", "mad", "imm"]))
+        if kind == "bin":
+            op = draw(st.sampled_from(sorted(_BINOPS)))
+            if op in ("div.u32", "rem.s32"):    # divisors made odd, never zero
+                lines.append(f"or.b32 %t, %r{b}, 1;")
+                lines.append(f"{guard or ''}{op} %r{d}, %r{a}, %t;")
+            else:
+                lines.append(f"{guard or ''}{op} %r{d}, %r{a}, %r{b};")
+        elif kind == "imm":
+            op = draw(st.sampled_from(["add.s32", "shl.b32", "shr.s32", "and.b32", "xor.b32"]))
+            imm = draw(st.integers(0, 40) if op.startswith("sh") else st.integers(-2**31, 2**31 - 1))
+            lines.append(f"{guard or ''}{op} %r{d}, %r{a}, {imm};")
+            b = ("imm", imm & M32)
+        elif kind == "setp":
+            op = draw(st.sampled_from(sorted(_CMPS)))
+            lines.append(f"{guard or ''}setp.{op} %p1, %r{a}, %r{b};")
+        elif kind == "selp":
+            lines.append(f"{guard or ''}selp.b32 %r{d}, %r{a}, %r{b}, %p1;")
+        else:
+            c = draw(st.integers(0, 7))
+            lines.append(f"{guard or ''}mad.lo.s32 %r{d}, %r{a}, %r{b}, %r{c};")
+            b = (b, c)
+        model.append((kind, lines[-1], d, a, b, guard))
+    return lines, model
+
+
+def _run_model(model, regs):
+    regs = list(regs)
+    p = regs[0] != 0                   # the kernel sets %p1 before the program
+    for kind, line, d, a, b, guard in model:
+        if guard is not None and p != (guard == "@%p1 "):
+            continue
+        op = line.split()[1] if guard else line.split()[0]
+        if kind == "bin":
+            regs[d] = _BINOPS[op](regs[a], regs[b]) & M32
+        elif kind == "imm":
+            regs[d] = _BINOPS[op](regs[a], b[1]) & M32
+        elif kind == "setp":
+            p = _CMPS[op[5:]](regs[a], regs[b])
+        elif kind == "selp":
+            regs[d] = regs[a] if p else regs[b]
+        else:
+            regs[d] = (regs[a] * regs[b[0]] + regs[b[1]]) & M32
+    return regs
+
+
+def _program_ptx(lines):
+    body = "\n    ".join(lines)
+    return K.HEADER + f"""
+.visible .entry prog(.param .u64 pio)
+{{
+    .reg .pred %p<2>;
+    .reg .b32 %r<8>;
+    .reg .b32 %t;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [pio];
+    mov.u32 %t, %tid.x;
+    mul.wide.u32 %rd2, %t, 32;
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.v4.b32 {{%r0, %r1, %r2, %r3}}, [%rd3];
+    ld.global.v4.b32 {{%r4, %r5, %r6, %r7}}, [%rd3+16];
+    setp.ne.b32 %p1, %r0, 0;
+    {body}
+    st.global.v4.b32 [%rd3], {{%r0, %r1, %r2, %r3}};
+    st.global.v4.b32 [%rd3+16], {{%r4, %r5, %r6, %r7}};
+    ret;
+}}
+"""
+
+
+@settings(max_examples=25)
+@given(prog=_programs(), seed=st.integers(0, 2**32 - 1))
+def test_random_integer_programs_match_a_python_model(prog, seed):
+    lines, model = prog
+    rng = np.random.default_rng(seed)
+    n = 64
+    io = rng.integers(0, 2**32, (n, 8), dtype=np.uint64).astype(np.uint32)
+    edges = np.array([0, 1, M32, 0x80000000, 0x7FFFFFFF, 33, 31, 32], np.uint32)
+    io[:8] = edges[:, None]
+    io[8:16] = edges[None, :]
+    ref = np.array([_run_model(model, [int(v) for v in row]) for row in io], np.uint64).astype(np.uint32)
+    ptx = _program_ptx(lines)
+    launch(ptx, "prog", grid=(1,), block=(n,), args=[io])
+    np.testing.assert_array_equal(io, ref)
+    if shutil.which("ptxas"):                 # the generated program is real PTX
+        r = subprocess.run(["ptxas", "-arch=sm_80", "-o", "/dev/null", "-"], input=ptx, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
