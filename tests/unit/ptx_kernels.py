@@ -407,12 +407,15 @@ UNSUPPORTED = HEADER + """
 """
 
 # cp.async staging, 64 threads, 16 bytes each.  Group 0 copies src0[16t..] (src-size clamps at
-# nbytes, zero-filling the rest), group 1 copies src1[16t..] with .cg.  Per thread four 16-byte
-# rows of out: the stage read before any wait, after wait_group 1 (group 0 landed, group 1 not
-# yet), group 1 after wait_group 0 + bar.sync, read from the next thread's slot.
+# nbytes, zero-filling the rest), group 1 copies src1[16t..] with .cg.  Per thread two 16-byte
+# rows of out: its group-0 slot after wait_group 1, and the next thread's group-1 slot after
+# wait_group 0 and bar.sync.  Faulty variants: mode 1 reads its slot before any wait, mode 2
+# reads its group-1 slot after wait_group 1 (still in flight), mode 3 skips the bar.sync.
 CPASYNC = HEADER + """
-.visible .entry cpasync(.param .u64 psrc0, .param .u64 psrc1, .param .u64 pout, .param .u32 nbytes)
+.visible .entry cpasync(.param .u64 psrc0, .param .u64 psrc1, .param .u64 pout, .param .u32 nbytes,
+                        .param .u32 mode)
 {
+    .reg .pred %p<4>;
     .reg .b32 %r<24>;
     .reg .b64 %rd<12>;
     .shared .align 16 .b8 stage[2048];
@@ -421,6 +424,10 @@ CPASYNC = HEADER + """
     ld.param.u64 %rd2, [psrc1];
     ld.param.u64 %rd3, [pout];
     ld.param.u32 %r1, [nbytes];
+    ld.param.u32 %r15, [mode];
+    setp.eq.u32 %p1, %r15, 1;
+    setp.eq.u32 %p2, %r15, 2;
+    setp.eq.u32 %p3, %r15, 3;
     mov.u32 %r2, %tid.x;
     shl.b32 %r3, %r2, 4;
     sub.s32 %r4, %r1, %r3;
@@ -436,24 +443,22 @@ CPASYNC = HEADER + """
     cp.async.commit_group;
     cp.async.cg.shared.global [%r7], [%rd6], 16;
     cp.async.commit_group;
-    shl.b32 %r8, %r2, 6;
+    shl.b32 %r8, %r2, 5;
     cvt.u64.u32 %rd7, %r8;
     add.s64 %rd8, %rd3, %rd7;
-    ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r6];
-    st.global.v4.b32 [%rd8], {%r10, %r11, %r12, %r13};
+    @%p1 ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r6];
     cp.async.wait_group 1;
     ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r6];
-    st.global.v4.b32 [%rd8+16], {%r10, %r11, %r12, %r13};
-    ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r7];
-    st.global.v4.b32 [%rd8+32], {%r10, %r11, %r12, %r13};
+    st.global.v4.b32 [%rd8], {%r10, %r11, %r12, %r13};
+    @%p2 ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r7];
     cp.async.wait_group 0;
-    bar.sync 0;
+    @!%p3 bar.sync 0;
     add.s32 %r14, %r2, 1;
     and.b32 %r14, %r14, 63;
     shl.b32 %r14, %r14, 4;
     add.s32 %r14, %r14, %r5;
     ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r14+1024];
-    st.global.v4.b32 [%rd8+48], {%r10, %r11, %r12, %r13};
+    st.global.v4.b32 [%rd8+16], {%r10, %r11, %r12, %r13};
     ret;
 }
 """

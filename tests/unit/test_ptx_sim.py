@@ -305,26 +305,35 @@ def test_parse_errors_name_the_line():
 # ---- cp.async -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("nbytes", [1024, 1000, 333, 0])
-def test_cp_async_lands_only_at_its_wait_and_zero_fills(nbytes):
+def test_cp_async_lands_at_its_wait_and_zero_fills(nbytes):
     rng = np.random.default_rng(nbytes)
     src0 = rng.integers(0, 255, nbytes, dtype=np.uint8)     # exactly nbytes: a copy past it faults
     src1 = rng.integers(0, 255, 1024, dtype=np.uint8)
-    out = np.zeros(64 * 64, np.uint8)
-    launch(K.CPASYNC, "cpasync", grid=(1,), block=(64,), args=[src0, src1, out, nbytes])
-    out = out.reshape(64, 4, 16)
+    out = np.zeros(64 * 32, np.uint8)
+    launch(K.CPASYNC, "cpasync", grid=(1,), block=(64,), args=[src0, src1, out, nbytes, 0])
+    out = out.reshape(64, 2, 16)
     filled = np.zeros(1024, np.uint8)
     filled[:nbytes] = src0
-    assert (out[:, 0] == 0xFF).all()                          # before any wait: nothing landed
-    np.testing.assert_array_equal(out[:, 1].reshape(-1), filled)   # group 0, zero-filled past nbytes
-    assert (out[:, 2] == 0xFF).all()                          # group 1 is still in flight
-    np.testing.assert_array_equal(out[:, 3], np.roll(src1.reshape(64, 16), -1, axis=0))
+    np.testing.assert_array_equal(out[:, 0].reshape(-1), filled)   # group 0, zero-filled past nbytes
+    np.testing.assert_array_equal(out[:, 1], np.roll(src1.reshape(64, 16), -1, axis=0))
+
+
+@pytest.mark.parametrize("mode,error", [
+    (1, r"thread \(0, 0, 0\).*reads, before its cp.async.wait, a byte an in-flight cp.async will write"),
+    (2, r"ld.shared.*thread \(0, 0, 0\).*before its cp.async.wait"),
+    (3, r"thread \(31, 0, 0\).*race: reads what another warp \(up to warp 1\) wrote since the last bar.sync"),
+])
+def test_cp_async_races_raise(mode, error):
+    src = np.zeros(1024, np.uint8)
+    with pytest.raises(SimulationError, match=error):
+        launch(K.CPASYNC, "cpasync", grid=(1,), block=(64,), args=[src, src, np.zeros(64 * 32, np.uint8), 1024, mode])
 
 
 def test_cp_async_source_past_the_array_raises_at_issue():
     src0 = np.zeros(512, np.uint8)
     with pytest.raises(SimulationError, match=r"cp.async.ca.*thread \(32, 0, 0\).*past the end of argument psrc0"):
         launch(K.CPASYNC, "cpasync", grid=(1,), block=(64,),
-               args=[src0, np.zeros(1024, np.uint8), np.zeros(64 * 64, np.uint8), 1024])
+               args=[src0, np.zeros(1024, np.uint8), np.zeros(64 * 32, np.uint8), 1024, 0])
 
 
 # ---- ldmatrix -------------------------------------------------------------------------------------
@@ -613,3 +622,21 @@ def test_random_integer_programs_match_a_python_model(prog, seed):
     if shutil.which("ptxas"):                 # the generated program is real PTX
         r = subprocess.run(["ptxas", "-arch=sm_80", "-o", "/dev/null", "-"], input=ptx, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
+
+
+# ---- races between warps -----------------------------------------------------------------------
+
+def test_missing_barrier_in_a_reduction_is_a_race():
+    racy = K.REDUCE.replace("SKIP:\n    bar.sync 0;", "SKIP:")
+    assert racy != K.REDUCE
+    x = np.ones(256, np.float32)
+    with pytest.raises(SimulationError, match=r"ld.shared.f32 %f2.*thread \(0, 0, 0\).*race: reads what another warp"):
+        launch(racy, "reduce", grid=(1,), block=(256,), args=[x, np.zeros(1, np.float32), 256])
+
+
+def test_overwriting_a_stage_other_warps_still_read_is_a_race():
+    head, tail = K.GEMM_F16.split("    bar.sync 0;\n    add.s64 %rd5, %rd5, 64;")
+    racy = head + "    add.s64 %rd5, %rd5, 64;" + tail        # no barrier before the next tile's copies
+    A, B = np.ones((64, 64), np.float16), np.ones((64, 64), np.float16)
+    with pytest.raises(SimulationError, match=r"cp.async.cg.*race: overwrites what another warp read"):
+        launch(racy, "gemm_f16", grid=(1, 1), block=(128,), args=[A, B, np.zeros((64, 64), np.float32), 64, 64, 64])

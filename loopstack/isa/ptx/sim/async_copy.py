@@ -31,7 +31,7 @@ class AsyncCopies:
 
     def issue(self, instr, lanes, dst, src, size, nbytes):
         k = self.kernel
-        k.shared.check(instr, k.fault, lanes, dst, size)
+        k.shared.issue_async(instr, k.fault, lanes, dst, size)
         reading = nbytes > 0
         if reading.any():
             k.globals.check(instr, k.fault, lanes[reading], src[reading], nbytes[reading], align=size)
@@ -68,7 +68,7 @@ class AsyncCopies:
         if reading.any():
             data[reading] = k.globals.load_partial(instr, k.fault, lanes[reading], src[reading], size,
                                                    nbytes[reading])
-        k.shared.store(instr, k.fault, lanes, dst, data)
+        k.shared.store(instr, k.fault, lanes, dst, data, asynchronous=True)
 
 
 @builder("cp")

@@ -178,6 +178,7 @@ class BoundKernel:
                         return
                     self._release_barrier(live, waiting)
                     waiting[:] = False
+                    self.shared.hazards.barrier()
                     runnable = live.copy()
                 pc = int(pcs[runnable].min())
                 mask = runnable & (pcs == pc)
@@ -230,6 +231,7 @@ class BoundKernel:
             elif kind == "bar":
                 if uniform and rest is None and not waiting.any():
                     self._release_barrier(live, mask, op.instr)
+                    self.shared.hazards.barrier()
                     pc += 1
                     continue
                 waiting |= eff

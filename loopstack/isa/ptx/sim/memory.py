@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import SimulationError
+from .hazards import SharedHazards
 
 # Global arrays are placed far above the shared window (which starts at 0), so that a shared
 # address used as a global one, or the reverse, faults instead of reading something.
@@ -135,11 +136,37 @@ class GlobalMemory(ByteSpace):
 
 
 class SharedMemory(ByteSpace):
+    """A CTA's shared memory (addresses from 0), with race detection between its warps."""
+
     space = "shared"
 
     def __init__(self, size):
         self.buf = np.full(size, SHARED_POISON, dtype=np.uint8)
+        self.hazards = SharedHazards(size)
         super().__init__([(0, self.buf, "the CTA's shared memory", True)] if size else [])
 
     def reset(self):
         self.buf.fill(SHARED_POISON)
+        self.hazards.reset()
+
+    @staticmethod
+    def _bytes(addr, size):
+        return np.asarray(addr, dtype=np.uint64).astype(np.int64)[:, None] + np.arange(size, dtype=np.int64)
+
+    def load(self, instr, fault, lanes, addr, size) -> np.ndarray:
+        self._locate(instr, fault, lanes, addr, size, False)
+        idx = self._bytes(addr, size)
+        self.hazards.read(fault, instr, lanes, idx)
+        return self.buf[idx]
+
+    def store(self, instr, fault, lanes, addr, data, asynchronous=False):
+        """Write rows `data`; `asynchronous`: a cp.async landing (its issue was checked already)."""
+        self._locate(instr, fault, lanes, addr, data.shape[1], True)
+        idx = self._bytes(addr, data.shape[1])
+        (self.hazards.land_async if asynchronous else self.hazards.write)(fault, instr, lanes, idx)
+        self.buf[idx] = data
+
+    def issue_async(self, instr, fault, lanes, addr, size):
+        """A cp.async into these bytes is in flight from now until its wait."""
+        self._locate(instr, fault, lanes, addr, size, True)
+        self.hazards.issue_async(fault, instr, lanes, self._bytes(addr, size))
