@@ -69,30 +69,36 @@ class Importer:
         self.node_outputs = 1      # outputs the current node asks for (Split without sizes)
 
     # ------------------------------------------------------------------ buffers
-    def placeholder(self, buffer: str, shape, keep=()) -> Dyn:
-        base, v = placeholder(shape, keep)
-        self.reads[id(base._node)] = (buffer, tuple(s for s, d in zip(shape, v.dims) if d is not None), base)
+    def placeholder(self, buffer: str, shape, keep=(), layout=None) -> Dyn:
+        """A fresh read of `buffer`, which holds a value of ONNX `shape` with its axes in the
+        order `layout` (row-major when None)."""
+        base, v = placeholder(shape, keep, layout)
+        stored = tuple(shape[a] for a in v.layout if v.dims[a] is not None)
+        self.reads[id(base._node)] = (buffer, stored, base)
         v.buffer = buffer
         return v
 
-    def materialize(self, v, keep=()) -> Dyn:
-        """`v` in a buffer (a layer computing it, unless it is one already) read through a
+    def materialize(self, v, keep=(), layout=None) -> Dyn:
+        """`v` in a buffer (a layer computing it, unless it is one already) with its axes in
+        the order `layout` (else the value's own hint, else the ONNX order), read through a
         placeholder whose axes in `keep` stay in the expression even where of size 1."""
         if is_const(v):
             return const_dyn(v, keep=keep)
-        if v.buffer is not None:
+        rank = len(v.shape)
+        order = tuple(layout or v.layout or range(rank))
+        if v.buffer is not None and tuple(v.layout or range(rank)) == order:
             if all(v.dims[a] is not None for a in keep):
                 return v
-            return self.placeholder(v.buffer, v.shape, keep)
+            return self.placeholder(v.buffer, v.shape, keep, order)
         if _reads_only_constants(v.t):
             return const_dyn(self.evaluate(v), keep=keep)
-        syms = [d for d in v.dims if d is not None]
+        syms = [v.dims[a] for a in order if v.dims[a] is not None]
         t = v.t.transpose(*syms) if tuple(syms) != tuple(v.t.symbolic_shape) else v.t
         name = f"t{len(self.layers)}"
-        shape = tuple(s for s, d in zip(v.shape, v.dims) if d is not None)
+        shape = tuple(v.shape[a] for a in order if v.dims[a] is not None)
         self.layers.append(Layer("+".join(v.ops) or name, v.ops, t, name, shape))
         self.buffers[name] = shape
-        return self.placeholder(name, v.shape, keep)
+        return self.placeholder(name, v.shape, keep, order)
 
     def ready(self, v, keep=()) -> Dyn:
         """`v` as an operator that reads it many times wants it: in memory, or a view of memory."""
@@ -283,7 +289,7 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True) -> 
         if is_const(v):
             outputs.append((o.name, ("const", v), v.shape))
             continue
-        v = imp.materialize(v)
+        v = imp.materialize(v, layout=tuple(range(len(v.shape))))
         outputs.append((o.name, ("buffer", v.buffer), v.shape))
     return NetGraph(inputs, outputs, imp.layers, imp.reads, imp.buffers, opset)
 

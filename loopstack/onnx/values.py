@@ -41,6 +41,8 @@ class Dyn:
     shape: tuple              # the ONNX shape
     ops: tuple = ()           # names of the ONNX nodes fused into this expression
     buffer: str | None = None  # set on a placeholder: the buffer it reads, unchanged
+    layout: tuple | None = None  # the ONNX axes in the order a buffer of this value holds them
+                                 # (a placeholder's buffer; a hint for a value not stored yet)
 
     def __post_init__(self):
         named = [d for d in self.dims if d is not None]
@@ -56,8 +58,9 @@ class Dyn:
         return len(self.shape)
 
     def with_(self, t, dims=None, shape=None, op=None) -> "Dyn":
+        same = dims is None and shape is None
         return Dyn(t, self.dims if dims is None else tuple(dims), self.shape if shape is None else tuple(shape),
-                   self.ops + ((op,) if op else ()))
+                   self.ops + ((op,) if op else ()), layout=self.layout if same else None)
 
 
 def is_const(x) -> bool:
@@ -70,30 +73,34 @@ def check_float(arr: np.ndarray, what: str) -> np.ndarray:
     return arr
 
 
-def const_dyn(arr: np.ndarray, what: str = "constant", keep=()) -> Dyn:
+def const_dyn(arr: np.ndarray, what: str = "constant", keep=(), layout=None) -> Dyn:
     """A constant array as a DSL input declared constant (weights: packed once); unit axes are
-    left out of the expression except those in `keep`."""
+    left out of the expression except those in `keep`; the data is stored with its axes in
+    the order `layout` (a permutation of the ONNX axes)."""
     arr = check_float(np.asarray(arr), what)
     if 0 in arr.shape:
         raise UnsupportedError(f"{what}: empty tensors (shape {arr.shape}) are not supported")
     dims = tuple(None if (s == 1 and i not in keep) else fresh("k") for i, s in enumerate(arr.shape))
-    kept = arr.reshape([s for s, d in zip(arr.shape, dims) if d is not None])
+    order = [a for a in (layout or range(arr.ndim)) if dims[a] is not None]
+    kept = np.transpose(arr, layout or range(arr.ndim)).reshape([arr.shape[a] for a in order])
     if kept.ndim == 0:
         return Dyn(as_tensor(float(kept)), dims, arr.shape)
     kept = np.ascontiguousarray(kept)
-    t = Tensor(kept, constant=True).to(*[d for d in dims if d is not None])
+    t = Tensor(kept, constant=True).to(*[dims[a] for a in order])
     return Dyn(t, dims, arr.shape)
 
 
-def placeholder(shape, keep=()) -> tuple[Tensor, Dyn]:
-    """An input tensor of the DSL for a buffer of `shape` (row-major); unit axes are left out
-    of the expression except those in `keep`."""
+def placeholder(shape, keep=(), layout=None) -> tuple[Tensor, Dyn]:
+    """An input tensor of the DSL for a buffer holding a value of ONNX shape `shape` with its
+    axes in the order `layout` (row-major when None); unit axes are left out of the expression
+    except those in `keep`."""
     shape = tuple(int(s) for s in shape)
+    layout = tuple(layout) if layout is not None else tuple(range(len(shape)))
     dims = tuple(fresh("a") if (s != 1 or i in keep) else None for i, s in enumerate(shape))
-    declared = [s for s, d in zip(shape, dims) if d is not None]
-    t = Tensor(*declared) if declared else Tensor()
-    named = t.to(*[d for d in dims if d is not None]) if declared else t
-    return t, Dyn(named, dims, shape)
+    order = [a for a in layout if dims[a] is not None]
+    t = Tensor(*[shape[a] for a in order]) if order else Tensor()
+    named = t.to(*[dims[a] for a in order]) if order else t
+    return t, Dyn(named, dims, shape, layout=layout)
 
 
 def rename(t: Tensor, mapping: dict) -> Tensor:

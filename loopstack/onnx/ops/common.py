@@ -25,7 +25,8 @@ def versions(op: str, first: int = 1) -> tuple[int, ...]:
 
 def binary(fn: str, a: Dyn, b: Dyn, what: str) -> Dyn:
     (ta, tb), dims, shape = broadcast([a, b], what)
-    return Dyn(ta._binary(fn, tb), dims, shape, _ops(a, b))
+    hint = next((v.layout for v in (a, b) if v.layout is not None and v.rank == len(shape)), None)
+    return Dyn(ta._binary(fn, tb), dims, shape, _ops(a, b), layout=hint)
 
 
 def _ops(*vals) -> tuple:

@@ -113,12 +113,16 @@ def conv(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kerne
         raise ShapeError(f"Conv: {C} input channels, {K} filters of {CG} channels and {g} groups do not agree")
     KG = K // g
     geo = _spatial(nsp, ks, strides, pads, dilations, auto_pad, sp, "Conv")
-    xs = ctx.materialize(X) if not is_const(X) else const_dyn(X)
+    # activations channels-last (N, spatial.., C) in memory, the order loopstack's convolution
+    # schedules are built for; the weights (spatial.., group, channel, filter) likewise
+    last = channels_last(2 + nsp)
+    xs = ctx.materialize(X, layout=last) if not is_const(X) else const_dyn(X)
     # channels as (group, channel of group): a free regrouping of the buffer
     sp_axes = tuple(range(3, 3 + nsp))
-    x = ctx.placeholder(xs.buffer, (N, g, CG, *sp), keep=sp_axes) if xs.buffer else \
+    grouped = (0, *sp_axes, 1, 2)
+    x = ctx.placeholder(xs.buffer, (N, g, CG, *sp), keep=sp_axes, layout=grouped) if xs.buffer else \
         const_dyn(np.asarray(X).reshape(N, g, CG, *sp), keep=sp_axes)
-    w = const_dyn(W.reshape(g, KG, CG, *ks), "Conv weights")
+    w = const_dyn(W.reshape(g, KG, CG, *ks), "Conv weights", layout=(*range(3, 3 + nsp), 0, 2, 1))
     # join the group and channel axes of x and the weights by name
     mapping = {}
     for wa, xa in ((0, 1), (2, 2)):
@@ -134,7 +138,14 @@ def conv(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kerne
     if B is not None:
         out = binary("add", out, const_dyn(np.asarray(B, np.float32).reshape(1, g, KG, *[1] * nsp), "Conv bias"),
                      "Conv")
-    return _regroup(ctx, out, (N, K, *out.shape[3:]))
+    out = _regroup(ctx, out, (N, K, *out.shape[3:]))
+    out.layout = last
+    return out
+
+
+def channels_last(rank: int) -> tuple:
+    """The layout (N, spatial.., C) of an (N, C, spatial..) value."""
+    return (0, *range(2, rank), 1)
 
 
 # ---------------------------------------------------------------------------- matrix products
@@ -256,7 +267,7 @@ def max_pool(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_s
     for r, k in zip(taps, kernel_shape):
         declare(view, r, k, "pooling window")
     y = view.max_reduce(*taps)
-    return Dyn(y, (*x.dims[:2], *outs), (*x.shape[:2], *[w.o for w in geo]), x.ops)
+    return Dyn(y, (*x.dims[:2], *outs), (*x.shape[:2], *[w.o for w in geo]), x.ops, layout=x.layout)
 
 
 @converter("AveragePool", 7, 10, 11, 19, *versions("AveragePool", 22))
@@ -279,7 +290,7 @@ def average_pool(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0,
         counts = np.multiply.outer(counts, c)
     inv = const_dyn((1.0 / counts).astype(np.float32), "AveragePool divisors", keep=tuple(range(nsp)))
     y = view.sum(*taps) * inv.t.to(*outs)
-    return Dyn(y, (*x.dims[:2], *outs), (*x.shape[:2], *[w.o for w in geo]), x.ops)
+    return Dyn(y, (*x.dims[:2], *outs), (*x.shape[:2], *[w.o for w in geo]), x.ops, layout=x.layout)
 
 
 def _global(ctx, X, fn, what):

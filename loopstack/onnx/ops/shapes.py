@@ -36,7 +36,7 @@ def _regroup(ctx, x: Dyn, shape) -> Dyn:
         if unit:   # unit axes the expression still names: read them at 0
             t = t[tuple(0 if s in unit else s for s in t.symbolic_shape)]
         return Dyn(t, dims, shape, x.ops)
-    x = ctx.materialize(x)
+    x = ctx.materialize(x, layout=tuple(range(len(x.shape))))
     return ctx.placeholder(x.buffer, shape)
 
 
