@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, str] = {
     "show": "loopstack.commands.asm:ShowCommand",
     "tui": "tui.command",
     "tune": "loopstack.tune.command",
+    "run": "loopstack.commands.run",
 }
 
 

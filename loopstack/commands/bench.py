@@ -13,7 +13,7 @@ import time
 
 HELP = "benchmark the paper's workloads against numpy, PyTorch and Halide"
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-SUITE_CHOICES = ("paper", "mm", "conv", "dwconv", "mlp", "mbv3", "all")
+SUITE_CHOICES = ("paper", "mm", "conv", "dwconv", "mlp", "mbv3", "all", "nets")
 
 
 def add_arguments(parser) -> None:
@@ -287,6 +287,10 @@ def _reexec_single_threaded() -> None:
 def run(args) -> int:
     from ..errors import ArgumentError
 
+    if args.suite == "nets":   # whole ONNX networks against onnxruntime (loopstack/onnx/netbench.py)
+        from ..onnx.netbench import main as nets
+
+        return nets([*(["--json", args.json] if args.json else []), "--rounds", str(max(args.runs, 5))])
     if args.threads != 1:
         raise ArgumentError(f"--threads {args.threads}: only single-threaded runs are supported (--threads 1)")
     peers = parse_peers(args.compare)
