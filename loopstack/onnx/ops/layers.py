@@ -90,8 +90,16 @@ def _windowed(ctx, x: Dyn, first: int, geo, taps, border=None):
     cons = []
     for sym, o, r, w in zip(syms, outs, taps, geo):
         cons.append((sym, o * w.s + r * w.d if r is not None else o * w.s))
-    keep = [d for d in t.symbolic_shape if d not in syms]
-    view = t.to(*keep, *outs, *[r for r in taps if r is not None], constraints=cons)
+    # the other axes and the window counts in the order x is stored: the reduction's output is
+    # then ordered as its consumers store it, and its innermost axis is the one to vectorise
+    spatial = dict(zip(range(first, first + len(geo)), outs))
+    order = []
+    for a in (v.layout or range(len(v.shape))):
+        if a in spatial:
+            order.append(spatial[a])
+        elif v.dims[a] is not None:
+            order.append(v.dims[a])
+    view = t.to(*order, *[r for r in taps if r is not None], constraints=cons)
     for o, w in zip(outs, geo):
         declare(view, o, w.o, "window count")
     return view, outs
