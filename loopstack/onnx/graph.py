@@ -219,8 +219,6 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True) -> 
     model = _model(model)
     opset = opset_of(model)
     graph = model.graph
-    if passes:
-        graph = fold_batchnorm(graph)
     given = dict(input_shapes or {})
     constants = {k: np.asarray(v) for k, v in (constants or {}).items()}
     imp = Importer(opset, target)
@@ -249,9 +247,14 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True) -> 
         imp.buffers[buf] = shape
         values[vi.name] = imp.placeholder(buf, shape)
         inputs.append((vi.name, shape))
-    uses = Counter(n for node in graph.node for n in node.input if n)
+    nodes = list(graph.node)
+    if passes:
+        consts = {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
+        nodes = fold_batchnorm(nodes, consts, [o.name for o in graph.output])
+        values.update(consts)
+    uses = Counter(n for node in nodes for n in node.input if n)
     uses.update(o.name for o in graph.output)
-    for pos, node in enumerate(graph.node):
+    for pos, node in enumerate(nodes):
         label = node.name or f"{node.op_type}_{pos}"
         try:
             conv = lookup(node.op_type, opset, node.domain)

@@ -1,9 +1,9 @@
 """Graph rewrites before import. Each pass is a guard (does this pattern apply, and if not,
-why: logged) and an apply; it returns a new GraphProto and leaves the model untouched.
+why: logged) and an apply; it returns a new list of nodes and leaves the model untouched.
 
 fold_batchnorm: Conv -> BatchNormalization (inference) becomes one Conv, and Gemm ->
 BatchNormalization one Gemm, when the producer's only user is the BatchNormalization and
-every parameter is an initializer. With s = scale / sqrt(var + eps):
+every parameter is an initializer (a constant by the time the pass runs). With s = scale / sqrt(var + eps):
 
     W'[k, ...] = W[k, ...] * s[k]          b'[k] = (b[k] - mean[k]) * s[k] + beta[k]
 """
@@ -32,7 +32,7 @@ def _bn_params(bn, inits):
     attrs = {a.name: helper.get_attribute_value(a) for a in bn.attribute}
     if attrs.get("training_mode", 0):
         return _decline(bn, "training mode")
-    gamma, beta, mean, var = (inits[n].astype(np.float32) for n in bn.input[1:])
+    gamma, beta, mean, var = (inits[n].astype(np.float32, copy=False) for n in bn.input[1:])
     s = gamma / np.sqrt(var + np.float32(attrs.get("epsilon", 1e-5)))
     return s, beta - mean * s
 
@@ -48,12 +48,12 @@ def _fold_into(prod, bn, inits, new_inits):
     attrs = {a.name: helper.get_attribute_value(a) for a in prod.attribute}
     if any(n not in inits for n in prod.input[1:] if n):
         return _decline(bn, f"the {prod.op_type}'s weights are not initializers")
-    w = inits[prod.input[1]].astype(np.float32)
-    bias = inits[prod.input[2]].astype(np.float32) if len(prod.input) > 2 and prod.input[2] else None
+    w = inits[prod.input[1]].astype(np.float32, copy=False)
+    bias = inits[prod.input[2]].astype(np.float32, copy=False) if len(prod.input) > 2 and prod.input[2] else None
     if prod.op_type == "Conv":
         if w.shape[0] != s.size:
             return _decline(bn, "channel counts differ")
-        w2 = w * s.reshape([-1] + [1] * (w.ndim - 1))
+        w2 = w * s.reshape([-1] + [1] * (w.ndim - 1)).astype(np.float32, copy=False)
         b2 = (bias if bias is not None else 0.0) * s + shift
     else:   # Gemm: Y = alpha A B + beta C, channels along Y's columns; the new C carries beta
         beta, trans_b = attrs.get("beta", 1.0), attrs.get("transB", 0)
@@ -66,21 +66,21 @@ def _fold_into(prod, bn, inits, new_inits):
         c = np.float32(beta) * bias.reshape(-1) if bias is not None else np.float32(0.0)
         b2 = c * s + shift
     names = (f"{prod.output[0]}__bnw", f"{prod.output[0]}__bnb")
-    new_inits[names[0]] = w2.astype(np.float32)
-    new_inits[names[1]] = b2.astype(np.float32)
+    new_inits[names[0]] = w2.astype(np.float32, copy=False)
+    new_inits[names[1]] = b2.astype(np.float32, copy=False)
     return [prod.input[0], *names]
 
 
-def fold_batchnorm(graph):
-    """`graph` with each foldable BatchNormalization merged into its Conv or Gemm."""
-    from onnx import helper, numpy_helper
+def fold_batchnorm(nodes, inits: dict, outputs=()) -> list:
+    """`nodes` with each foldable BatchNormalization merged into its Conv or Gemm; the new
+    weights are added to `inits` (name -> array)."""
+    from onnx import helper
 
-    inits = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    uses = Counter(n for node in graph.node for n in node.input if n)
-    uses.update(o.name for o in graph.output)
-    producer = {o: node for node in graph.node for o in node.output}
+    uses = Counter(n for node in nodes for n in node.input if n)
+    uses.update(outputs)
+    producer = {o: node for node in nodes for o in node.output}
     replaced, dropped, new_inits = {}, set(), {}
-    for bn in graph.node:
+    for bn in nodes:
         if bn.op_type != "BatchNormalization":
             continue
         prod = producer.get(bn.input[0])
@@ -101,11 +101,5 @@ def fold_batchnorm(graph):
         node.attribute.extend(a for a in prod.attribute if not (prod.op_type == "Gemm" and a.name == "beta"))
         replaced[id(prod)] = node
         dropped.add(id(bn))
-    if not replaced:
-        return graph
-    g = type(graph)()
-    g.CopyFrom(graph)
-    del g.node[:]
-    g.node.extend(replaced.get(id(n), n) for n in graph.node if id(n) not in dropped)
-    g.initializer.extend(numpy_helper.from_array(a, n) for n, a in new_inits.items())
-    return g
+    inits.update(new_inits)
+    return [replaced.get(id(n), n) for n in nodes if id(n) not in dropped]
