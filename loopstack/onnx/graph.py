@@ -280,7 +280,8 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True) -> 
             if not name:
                 continue
             if isinstance(val, Dyn):
-                val = val.with_(val.t, op=label) if label not in val.ops else val
+                if val.buffer is None and label not in val.ops:   # a buffer read as is computes nothing
+                    val = val.with_(val.t, op=label)
                 if val.buffer is None and (uses[name] > 1 or len(val.ops) >= MAX_FUSED):
                     val = imp.materialize(val)
             values[name] = val

@@ -218,16 +218,25 @@ def _matmul(a: Dyn, b: Dyn, what: str) -> Dyn:
     return Dyn(y, dims, shape, ops)
 
 
+def _row_major(ctx, x) -> Dyn:
+    """x in memory in its own axis order: a matrix product's operand read through a
+    transposing view would make its unit-stride loop a strided one (attention's K^T)."""
+    if is_const(x):
+        return const_dyn(x)
+    rank = len(x.shape)
+    if x.buffer is not None and tuple(x.layout or range(rank)) == tuple(range(rank)):
+        return x
+    return ctx.materialize(x, layout=tuple(range(rank)))
+
+
 @converter("MatMul", *versions("MatMul", 1))
 def matmul(ctx, A, B):
-    a = ctx.ready(A)
-    b = ctx.ready(B)
-    return _matmul(a, b, "MatMul")
+    return _matmul(_row_major(ctx, A), _row_major(ctx, B), "MatMul")
 
 
 @converter("Gemm", 7, 9, 11, 13, const=(2,))
 def gemm(ctx, A, B, C=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
-    a, b = ctx.ready(A), ctx.ready(B)
+    a, b = _row_major(ctx, A), _row_major(ctx, B)
     for v, name in ((a, "A"), (b, "B")):
         if v.rank != 2:
             raise ShapeError(f"Gemm: {name} has rank {v.rank}, not 2")
