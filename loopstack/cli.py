@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, str] = {
     "tui": "tui.command",
     "tune": "loopstack.tune.command",
     "db": "loopstack.tune.db_command",
+    "run": "loopstack.commands.run",
 }
 
 

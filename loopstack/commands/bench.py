@@ -13,7 +13,7 @@ import time
 
 HELP = "benchmark the paper's workloads against numpy, PyTorch and Halide"
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-SUITE_CHOICES = ("paper", "mm", "conv", "dwconv", "mlp", "mbv3", "all", "int8")
+SUITE_CHOICES = ("paper", "mm", "conv", "dwconv", "mlp", "mbv3", "all", "int8", "nets")
 
 
 def add_arguments(parser) -> None:
@@ -315,7 +315,10 @@ def run(args) -> int:
         from .bench_int8 import run as run_int8
 
         return run_int8(args)
+    if args.suite == "nets":   # whole ONNX networks against onnxruntime (loopstack/onnx/netbench.py)
+        from ..onnx.netbench import main as nets
 
+        return nets([*(["--json", args.json] if args.json else []), "--rounds", str(max(args.runs, 5))])
     if args.threads < 1:
         raise ArgumentError(f"--threads {args.threads}: expected a positive thread count")
     peers = parse_peers(args.compare)
