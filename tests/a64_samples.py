@@ -1,6 +1,6 @@
 """Operand instances for every form of the AArch64 table, drawn from a random.Random.
 
-Used by the encoding tests (one llvm-mc run over all of them) and by bench/encode.py.
+Used by the encoding tests: one llvm-mc run over all of them, and hypothesis draws decoded by capstone.
 """
 from __future__ import annotations
 
