@@ -87,8 +87,11 @@ def test_a_register_block_broadcasts_by_element():
                    target="neon").asm()
     assert "fmla v" in text and ".s[0]" in text
     assert "dup" not in text and "ld1r" not in text
-    text16 = compile(in_float16(matmul_tree(8, 32, 32)), target="neon_fp16").asm()
-    assert ".8h" in text16 and "fmla" in text16
+    # fp16: the by-element operand must be one of v0-v15, which the broadcasts are given
+    text16 = compile(in_float16(matmul_tree(8, 32, 32, order=[("m", 8), ("n", 32), ("k", 1), ("m", 1), ("n", 1)])),
+                     target="neon_fp16").asm()
+    assert "fmla v" in text16 and ".h[0]" in text16 and ".8h" in text16
+    assert "dup" not in text16 and "ld1r" not in text16
 
 
 def test_cross_compiled_kernels_have_code_listing_and_counts_but_do_not_run_here():
@@ -209,3 +212,25 @@ def test_the_analytical_model_reads_the_neon_targets():
     for name, peak in (("neon", 102.4), ("neon_fp16", 204.8)):     # Apple M1 at 3.2 GHz
         predicted = AnalyticalCost(Machine.of(TARGETS[name], peak)).predict([base, blocked])
         assert np.all(np.isfinite(predicted)) and predicted[1] > predicted[0] > 0
+
+
+@pytest.mark.aarch64
+@pytest.mark.parametrize("target", ["neon", "neon_fp16"])
+def test_a_broadcast_second_operand_is_read_by_element(target):
+    """y[n] = sum_k B[k, n] * a[k]: the broadcast is the product's second operand."""
+    from loopstack.looptree.builders import access, make_tree, nest
+    from loopstack.looptree.ir import Binary, Buffer, Compute, Load
+
+    dt = "float16" if target == "neon_fp16" else "float32"
+    bufs = [Buffer("B", dt, (9, 21), "input"), Buffer("a", dt, (9,), "input"), Buffer("y", dt, (21,), "output")]
+    stmt = Compute("y", access("y", "n"), Binary("mul", Load(access("B", "k", "n")), Load(access("a", "k"))),
+                   reduce="add", init="identity")
+    tree = make_tree(bufs, {"k": 9, "n": 21}, nest([("n", 21), ("k", 1), ("n", 1)], stmt))
+    kernel = compile(tree, target=target)
+    assert ".s[0]" in kernel.asm() or ".h[0]" in kernel.asm()
+    rng = np.random.default_rng(9)
+    B, a = rng.standard_normal((9, 21)).astype(dt), rng.standard_normal(9).astype(dt)
+    y = np.zeros(21, dt)
+    run_kernel(kernel, [B, a, y])
+    tol = 1e-5 if target == "neon" else 2e-2
+    np.testing.assert_allclose(y, a.astype(np.float64) @ B.astype(np.float64), rtol=tol, atol=tol)

@@ -80,6 +80,15 @@ class A64Emitter(Emitter):
     def _elem(self, v, i: int):
         return (v.h if self.fp16 else v.s)[i]
 
+    def alloc_for(self, kind: str) -> int:
+        """fp16 broadcasts in v0-v15 where one is free: fmla .8h by element names only those."""
+        free = self.regs.free
+        if self.fp16 and kind == "bcast":
+            for i in range(len(free) - 1, -1, -1):
+                if self.phys[free[i]] < 16:
+                    return free.pop(i)
+        return self.regs.alloc()
+
     # -- addresses ------------------------------------------------------------------
     def memory(self, pointer, disp: int):
         return (pointer, disp)
