@@ -1,7 +1,8 @@
 """The element-wise functions' algorithms, shared by every instruction set's straight-line code
 (backend/x86/vmath.py, backend/aarch64/vmath.py): their constants and accuracy.
 
-Accuracy (float32, checked against numpy in tests/exec/test_codegen_math.py):
+Accuracy (float32, checked against numpy in tests/exec/test_codegen_features.py for x86 and
+tests/exec/test_aarch64_codegen.py for AArch64):
     exp      inputs clamped to [-87.3, 88.3]; n = round(x log2 e), r = x - n ln2 (ln2 in two
              parts), a degree-7 Taylor polynomial of e^r times 2^n added to the exponent field;
              max relative error 3e-7 where the result is a normal number (results under ~1e-37
