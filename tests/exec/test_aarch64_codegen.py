@@ -14,6 +14,7 @@ import pytest
 from a64_run import run_kernel
 from hypothesis import HealthCheck, assume, given, settings
 from strategies import check_case, contraction_cases, random_case
+from vector_math import MATH
 
 from loopstack.backend import compile
 from loopstack.backend.interp import InterpKernel
@@ -109,24 +110,31 @@ def test_neon_fp16_rejects_float32_buffers():
         compile(matmul_tree(4, 4, 4), target="neon_fp16")
 
 
-@pytest.mark.aarch64
-@pytest.mark.parametrize("target", ["neon", "neon_fp16"])
-@pytest.mark.parametrize("op", ["relu", "neg", "abs", "sqrt", "reciprocal", "exp", "log", "sigmoid", "tanh", "gelu"])
-def test_unary_ops(target, op):
-    """The element-wise functions of vmath on both targets, within x86's documented bounds (fp32)
-    or one fp16 rounding more."""
-    from strategies import ref_unary
+FP16_INPUTS = {"log": lambda r: np.exp(r.uniform(-9, 9, 1027)), "sqrt": lambda r: r.uniform(0, 6e4, 1027),
+               "reciprocal": lambda r: r.uniform(0.01, 100, 1027)}
 
-    dt = np.float16 if target == "neon_fp16" else np.float32
-    tree = elementwise_tree((37,), (op,), dtype="float16" if target == "neon_fp16" else "float32")
-    rng = np.random.default_rng(3)
-    x = rng.uniform(0.1, 4.0, 37) if op in ("sqrt", "log", "reciprocal") else rng.uniform(-6, 6, 37)
-    x = x.astype(dt)
-    y = np.zeros(37, dt)
-    run_kernel(compile(tree, target=target), [x, y])
-    want = ref_unary(op, x.astype(np.float64))
-    tol = 2e-6 if target == "neon" else 2e-3
-    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
+
+@pytest.mark.aarch64
+@pytest.mark.parametrize("op", sorted(MATH))
+def test_vector_math_accuracy_on_neon(op):
+    """x86's inputs and documented float32 bounds (test_codegen_features.MATH), on neon."""
+    sample, ref, rtol, atol = MATH[op]
+    x = sample(np.random.default_rng(4)).astype(np.float32)
+    y = np.zeros_like(x)
+    run_kernel(compile(elementwise_tree(x.shape, (op,)), target="neon"), [x, y])
+    np.testing.assert_allclose(y.astype(np.float64), ref(x.astype(np.float64)), rtol=rtol, atol=atol)
+
+
+@pytest.mark.aarch64
+@pytest.mark.parametrize("op", sorted(MATH))
+def test_vector_math_accuracy_on_neon_fp16(op):
+    """On fp16 inputs (in fp16's range), the float32 bound plus one fp16 rounding (2^-11)."""
+    _, ref, rtol, atol = MATH[op]
+    x = FP16_INPUTS.get(op, lambda r: r.uniform(-10, 10, 1027))(np.random.default_rng(4)).astype(np.float16)
+    y = np.zeros_like(x)
+    run_kernel(compile(elementwise_tree(x.shape, (op,), dtype="float16"), target="neon_fp16"), [x, y])
+    np.testing.assert_allclose(y.astype(np.float64), ref(x.astype(np.float64)), rtol=rtol + 2.0 ** -11,
+                               atol=atol + 2.0 ** -24)
 
 
 @pytest.mark.aarch64
