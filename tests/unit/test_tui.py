@@ -211,6 +211,9 @@ def test_a_cross_compiled_target_is_listed_not_run():
     m = M.measure(C.loop_tree, 0.01, target="neon")
     assert "fmla" in m.asm and m.flops == 2 * 16 ** 3
     assert m.error.startswith("run:") and "cannot run" in m.error
+    loop = innermost_asm(m.asm)              # the hot loop of the AArch64 listing, as on x86
+    assert loop[0].endswith("_top:") and loop[-1].split()[1] == "b.ne"
+    assert any("fmla" in ln for ln in loop) and len(loop) < len(m.asm.splitlines())
 
 
 # ---------------------------------------------------------------------------- the real program in a pty
