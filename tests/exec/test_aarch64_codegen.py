@@ -242,3 +242,23 @@ def test_a_broadcast_second_operand_is_read_by_element(target):
     run_kernel(kernel, [B, a, y])
     tol = 1e-5 if target == "neon" else 2e-2
     np.testing.assert_allclose(y, a.astype(np.float64) @ B.astype(np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.aarch64
+def test_the_public_api_runs_native_neon_by_default():
+    """On an AArch64 host, plain frontend code compiles for neon and runs it natively, never the
+    interpreter (on x86 this test runs in the aarch64 stage, under qemu)."""
+    import loopstack as lt
+    from loopstack.backend.native import NativeKernel
+    from loopstack.isa.target import host_arch
+
+    if host_arch() != "aarch64":
+        pytest.skip("needs an aarch64 host (on x86 the aarch64 stage runs it under qemu-aarch64)")
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((19, 23)).astype(np.float32), rng.standard_normal((23, 17)).astype(np.float32)
+    s = lt.SymbolGenerator()
+    C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k)
+    assert lt.default_target() == "native"
+    np.testing.assert_allclose(C.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    kernel = C.compile()
+    assert isinstance(kernel, NativeKernel) and kernel.target.name == "neon" and "fmla" in kernel.asm()
