@@ -262,3 +262,20 @@ def test_the_public_api_runs_native_neon_by_default():
     np.testing.assert_allclose(C.numpy(), a @ b, rtol=1e-4, atol=1e-4)
     kernel = C.compile()
     assert isinstance(kernel, NativeKernel) and kernel.target.name == "neon" and "fmla" in kernel.asm()
+
+
+def test_the_frontend_passes_the_target_through():
+    import loopstack as lt
+    from loopstack.isa.target import host_arch
+
+    s = lt.SymbolGenerator()
+    a = np.ones((12, 20), np.float32)
+    C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(a.T.copy()).to(s.k, s.n)).sum(s.k)
+    for target in ("neon", "neon_fp16"):
+        if target == "neon_fp16":
+            C = (lt.Tensor(a.astype(np.float16)).to(s.m, s.k) * lt.Tensor(a.T.astype(np.float16)).to(s.k, s.n)).sum(s.k)
+        for kernel in (C.compile(target=target), lt.compile(C, target=target)):
+            assert kernel.target.name == target and "fmla" in kernel.asm() and kernel.flops == 2 * 12 * 12 * 20
+    if host_arch() != "aarch64":
+        with pytest.raises(UnsupportedError, match="cannot run"):
+            C.numpy(target="neon_fp16")
