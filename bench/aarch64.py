@@ -7,7 +7,8 @@ schedule for `neon` (fp32) and `neon_fp16` (the program in fp16) on the core's p
 bound: the cycles the same model predicts for that loop's FMLA instructions alone (their issue
 and their accumulator chains). `fma_share` = bound / cycles. GFLOPS is the loop's FLOPs per
 iteration over its predicted cycles at the core's clock, beside the paper's Table 3 figure
-(LoopNest, measured) for that core. compile_ms: the median of 5 compiles on this host.
+(LoopNest, measured) for that core. compile_ms: the best of 7 compiles on this host (a shared
+machine: the best is the least disturbed).
 
     python bench/aarch64.py [--only MM-256,CONV-1] [--json FILE]
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import time
 
 from loopstack.backend import compile
@@ -43,18 +43,18 @@ _BRANCH = re.compile(r"^b\.\w+ #0x([0-9a-f]+)$")
 
 
 def kernel_for(workload, target):
-    """(kernel, median compile ms) of the workload's default schedule for `target` (a Target)."""
+    """(kernel, best-of-7 compile ms) of the workload's default schedule for `target` (a Target)."""
     Y, _ = workload.build(seed=0)
     Y.set(default_schedule(Y, target))
     tree = Y.loop_tree.lower()
     if target.compute_dtype == "float16":
         tree = in_float16(tree)
     times, kernel = [], None
-    for _ in range(5):
+    for _ in range(7):
         t0 = time.perf_counter()
         kernel = compile(tree, target=target)
         times.append((time.perf_counter() - t0) * 1e3)
-    return kernel, statistics.median(times)
+    return kernel, min(times)
 
 
 def hot_loop(kernel) -> list[str]:
