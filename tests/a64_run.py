@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loopstack.backend.native import _iterations, runs_here
+from loopstack.backend.native import runs_here
 
 CODE, BLOCK, STACK_TOP, DATA = 0x100000, 0x800000, 0x7F0000, 0x1000000
 PAGE = 0x1000
@@ -53,7 +53,7 @@ def run_kernel(kernel, arrays, parts: int = 1) -> None:
     saved_d = {r: getattr(A, f"UC_ARM64_REG_D{r}") for r in range(8, 16)}
     steps = kernel._once + kernel._steps
     calls = []
-    for (code, _, node), (_, n, parallel), start in zip(kernel._segments, steps, starts):
+    for (code, _, _), (_, n, parallel), start in zip(kernel._segments, steps, starts):
         k = parts if parallel else 1
         calls += [(code, start, n * i // k, n * (i + 1) // k) for i in range(k)]
     for code, start, first, last in calls:

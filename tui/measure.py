@@ -53,11 +53,11 @@ def peak(target=None) -> tuple[str, float]:
     """(target name, peak GFLOPS), measured once per process (about 50 ms)."""
     key = target or "host"
     if key not in _PEAK:
-        from loopstack.backend.native import foreign_target, runs_here
+        from loopstack.backend.native import runs_here
         from loopstack.isa.target import get_target, host_target, peak_gflops
 
         try:
-            t = host_target() if target in (None, "x86") else (foreign_target(target) or get_target(target))
+            t = host_target() if target in (None, "x86") else get_target(target)
             _PEAK[key] = (t.name, peak_gflops(t) if runs_here(t) else 0.0)   # cross-compiled: no probe
         except (LoopstackError, OSError) as e:   # no executable memory, unknown CPU: no peak line
             _PEAK[key] = (f"({e})", 0.0)
@@ -144,15 +144,17 @@ def measure(tree, seconds: float = QUICK_S, target=None) -> Measurement:
 
 
 def innermost_asm(listing: str) -> list[str]:
-    """The lines of the innermost loop with the most instructions: from its `L..._top:` label
-    to the branch back to it, with the hex bytes dropped (offset and mnemonic kept)."""
+    """The lines of the innermost loop with the most instructions: from its `..._top:` label
+    to the branch back to it (`jne L_top`, or AArch64's `b.ne #0x<label's offset>`), with the
+    hex bytes dropped (offset and mnemonic kept)."""
     lines = listing.splitlines()
     best: list[str] = []
     for i, line in enumerate(lines):
         s = line.strip()
-        if not (s.endswith(":") and s.startswith("L") and "_top" in s):
+        if not (s.endswith(":") and "_top" in s and " " not in s):
             continue
         label = s[:-1]
+        top = lines[i + 1].split()[0].rstrip(":") if i + 1 < len(lines) else ""
         body = []
         for j in range(i + 1, len(lines)):
             t = lines[j].strip()
@@ -161,7 +163,8 @@ def innermost_asm(listing: str) -> list[str]:
                 break
             body.append(lines[j])
             words = t.split()
-            if len(words) >= 2 and words[-1] == label and words[-2].startswith("j"):
+            if len(words) >= 2 and ((words[-1] == label and words[-2].startswith("j"))
+                                    or (words[-2].startswith("b.") and words[-1] == f"#0x{top}")):
                 break               # the branch back to the top
         if body and len(body) > len(best):
             best = [s] + [_short(x) for x in body]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -27,7 +26,7 @@ from operator import is_
 import numpy as np
 
 from ..errors import ArgumentError, LoopstackError, ScheduleError, UnsupportedError
-from ..isa.target import get_target
+from ..isa.target import get_target, host_arch
 from ..looptree.ir import Dot, Loop, LoopTree, loop_var, statements
 from .kernel_base import KernelBase, allocate_storage
 from .constants import hoist_constant_packs
@@ -40,7 +39,6 @@ _ISAS = {
     "x86_64": ("loopstack.backend.x86.emitter", "X86Emitter", "loopstack.isa.x86.assembler"),
     "aarch64": ("loopstack.backend.aarch64.emitter", "A64Emitter", "loopstack.isa.aarch64.assembler"),
 }
-_HOST_ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 _POOL: ThreadPoolExecutor | None = None
 _UNBOUND = (object(),)      # no call's arguments are these
@@ -51,19 +49,6 @@ def _pool() -> ThreadPoolExecutor:
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="loopstack")
     return _POOL
-
-
-def host_arch() -> str:
-    return _HOST_ARCH.get(platform.machine().lower(), platform.machine().lower())
-
-
-def foreign_target(name):
-    """The preset of a named target of another architecture than this host's (its caches are its
-    own, not this machine's), or None."""
-    from ..isa.target import TARGETS
-
-    t = TARGETS.get(name) if isinstance(name, str) else None
-    return t if t is not None and t.arch != host_arch() else None
 
 
 def in_float16(tree: LoopTree) -> LoopTree:
@@ -83,9 +68,9 @@ def runs_here(target) -> bool:
 
 def compile_native(tree: LoopTree, target=None, unroll_limit: int | None = None) -> "NativeKernel":
     t0 = time.perf_counter()
-    target = foreign_target(target) or get_target(target, check=False)
-    if target.arch == host_arch():
-        get_target(target)               # a CPU without the instruction set fails here, before any code
+    # a CPU without the instruction set fails here, before any code; another architecture's
+    # target is cross-compiled
+    target = get_target(target)
     lowered, parallel, segments, once = emit_native(tree, target, unroll_limit)
     if runs_here(target):
         from ..isa.execmem import ExecutableCode

@@ -109,7 +109,6 @@ class SegmentCompiler:
 
     def __init__(self, asm, target, tree: LoopTree, node, slots: dict[str, int], unroll_limit: int,
                  isa: type[Emitter]):
-        self.asm = asm
         self.target = target
         self.tree = tree
         self.node = node

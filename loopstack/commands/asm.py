@@ -14,14 +14,13 @@ def _add(parser) -> None:
 
 
 def _scheduled(args):
-    from ..backend.native import foreign_target
     from ..isa.target import get_target
     from ..tune.defaults import schedule_for
     from ..workloads import get_workload
 
     w = get_workload(args.workload)          # LoopstackError naming the known workloads
     # UnsupportedError on a CPU without it, unless it is another architecture's (cross-compiled)
-    target = foreign_target(args.target) or get_target(args.target)
+    target = get_target(args.target)
     Y, _ = w.build()
     if not args.default:
         Y.set(schedule_for(Y, target))

@@ -125,8 +125,8 @@ def default_target():
     global _default_target
     if _default_target is None:
         try:
-            from ..backend.native import host_arch, runs_here
-            from ..isa.target import host_target
+            from ..backend.native import runs_here
+            from ..isa.target import host_arch, host_target
 
             if not runs_here(host_target()):
                 _default_target = "interp"

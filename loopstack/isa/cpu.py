@@ -23,7 +23,7 @@ import struct
 
 __all__ = [
     "KNOWN_FEATURES", "cache_sizes", "cpu_brand", "cpu_features", "cpuid", "darwin_arm64_features",
-    "hwcap_features", "is_aarch64", "is_x86_64", "proc_cpuinfo_features", "xgetbv",
+    "hwcap_features", "is_aarch64", "is_x86_64", "midr_name", "proc_cpuinfo_features", "xgetbv",
 ]
 
 # -- the two JIT'd helpers ----------------------------------------------------------------------
@@ -203,7 +203,40 @@ def cpu_brand() -> str:
         brand = raw.split(b"\0", 1)[0].decode("ascii", "replace").strip()
         if brand:
             return " ".join(brand.split())
+    if is_aarch64():
+        name = midr_name(_read_midr())
+        if name:
+            return name
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+# MIDR_EL1 implementer and part numbers of the cores loopstack has presets or users for
+_MIDR_IMPLEMENTERS = {0x41: "Arm", 0x61: "Apple", 0x51: "Qualcomm", 0x4E: "NVIDIA", 0xC0: "Ampere"}
+_MIDR_PARTS = {
+    (0x41, 0xD03): "Cortex-A53", (0x41, 0xD07): "Cortex-A57", (0x41, 0xD08): "Cortex-A72",
+    (0x41, 0xD09): "Cortex-A73", (0x41, 0xD0B): "Cortex-A76", (0x41, 0xD0C): "Neoverse-N1",
+    (0x41, 0xD40): "Neoverse-V1", (0x41, 0xD49): "Neoverse-N2", (0x41, 0xD4F): "Neoverse-V2",
+    (0x4E, 0x003): "Denver 2", (0x61, 0x022): "M1 Icestorm", (0x61, 0x023): "M1 Firestorm",
+}
+
+
+def midr_name(midr: int | None) -> str | None:
+    """'Arm Cortex-A57 r1p3' from a MIDR_EL1 value (implementer 31:24, variant 23:20, part 15:4,
+    revision 3:0); None without one."""
+    if not midr:
+        return None
+    implementer, part = (midr >> 24) & 0xFF, (midr >> 4) & 0xFFF
+    vendor = _MIDR_IMPLEMENTERS.get(implementer, f"implementer {implementer:#x}")
+    core = _MIDR_PARTS.get((implementer, part), f"part {part:#x}")
+    return f"{vendor} {core} r{(midr >> 20) & 0xF}p{midr & 0xF}"
+
+
+def _read_midr(path: str = "/sys/devices/system/cpu/cpu0/regs/identification/midr_el1") -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip(), 16)
+    except (OSError, ValueError):
+        return None
 
 
 _DEFAULT_CACHES = {"l1d": 32 * 1024, "l2": 512 * 1024, "l3": 8 * 1024 * 1024}

@@ -80,9 +80,7 @@ def _target(target):
     if target is None or target in ("x86", "native", "interp"):
         return host_target()
     if isinstance(target, str):
-        from ..backend.native import foreign_target
-
-        return foreign_target(target) or get_target(target)     # another architecture's preset
+        return get_target(target)
     return target
 
 

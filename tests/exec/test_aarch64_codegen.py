@@ -14,6 +14,7 @@ import pytest
 from a64_run import run_kernel
 from hypothesis import HealthCheck, assume, given, settings
 from strategies import check_case, contraction_cases, random_case
+from vector_math import MATH
 
 from loopstack.backend import compile
 from loopstack.backend.interp import InterpKernel
@@ -87,8 +88,11 @@ def test_a_register_block_broadcasts_by_element():
                    target="neon").asm()
     assert "fmla v" in text and ".s[0]" in text
     assert "dup" not in text and "ld1r" not in text
-    text16 = compile(in_float16(matmul_tree(8, 32, 32)), target="neon_fp16").asm()
-    assert ".8h" in text16 and "fmla" in text16
+    # fp16: the by-element operand must be one of v0-v15, which the broadcasts are given
+    text16 = compile(in_float16(matmul_tree(8, 32, 32, order=[("m", 8), ("n", 32), ("k", 1), ("m", 1), ("n", 1)])),
+                     target="neon_fp16").asm()
+    assert "fmla v" in text16 and ".h[0]" in text16 and ".8h" in text16
+    assert "dup" not in text16 and "ld1r" not in text16
 
 
 def test_cross_compiled_kernels_have_code_listing_and_counts_but_do_not_run_here():
@@ -106,24 +110,31 @@ def test_neon_fp16_rejects_float32_buffers():
         compile(matmul_tree(4, 4, 4), target="neon_fp16")
 
 
-@pytest.mark.aarch64
-@pytest.mark.parametrize("target", ["neon", "neon_fp16"])
-@pytest.mark.parametrize("op", ["relu", "neg", "abs", "sqrt", "reciprocal", "exp", "log", "sigmoid", "tanh", "gelu"])
-def test_unary_ops(target, op):
-    """The element-wise functions of vmath on both targets, within x86's documented bounds (fp32)
-    or one fp16 rounding more."""
-    from strategies import ref_unary
+FP16_INPUTS = {"log": lambda r: np.exp(r.uniform(-9, 9, 1027)), "sqrt": lambda r: r.uniform(0, 6e4, 1027),
+               "reciprocal": lambda r: r.uniform(0.01, 100, 1027)}
 
-    dt = np.float16 if target == "neon_fp16" else np.float32
-    tree = elementwise_tree((37,), (op,), dtype="float16" if target == "neon_fp16" else "float32")
-    rng = np.random.default_rng(3)
-    x = rng.uniform(0.1, 4.0, 37) if op in ("sqrt", "log", "reciprocal") else rng.uniform(-6, 6, 37)
-    x = x.astype(dt)
-    y = np.zeros(37, dt)
-    run_kernel(compile(tree, target=target), [x, y])
-    want = ref_unary(op, x.astype(np.float64))
-    tol = 2e-6 if target == "neon" else 2e-3
-    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
+
+@pytest.mark.aarch64
+@pytest.mark.parametrize("op", sorted(MATH))
+def test_vector_math_accuracy_on_neon(op):
+    """x86's inputs and documented float32 bounds (test_codegen_features.MATH), on neon."""
+    sample, ref, rtol, atol = MATH[op]
+    x = sample(np.random.default_rng(4)).astype(np.float32)
+    y = np.zeros_like(x)
+    run_kernel(compile(elementwise_tree(x.shape, (op,)), target="neon"), [x, y])
+    np.testing.assert_allclose(y.astype(np.float64), ref(x.astype(np.float64)), rtol=rtol, atol=atol)
+
+
+@pytest.mark.aarch64
+@pytest.mark.parametrize("op", sorted(MATH))
+def test_vector_math_accuracy_on_neon_fp16(op):
+    """On fp16 inputs (in fp16's range), the float32 bound plus one fp16 rounding (2^-11)."""
+    _, ref, rtol, atol = MATH[op]
+    x = FP16_INPUTS.get(op, lambda r: r.uniform(-10, 10, 1027))(np.random.default_rng(4)).astype(np.float16)
+    y = np.zeros_like(x)
+    run_kernel(compile(elementwise_tree(x.shape, (op,), dtype="float16"), target="neon_fp16"), [x, y])
+    np.testing.assert_allclose(y.astype(np.float64), ref(x.astype(np.float64)), rtol=rtol + 2.0 ** -11,
+                               atol=atol + 2.0 ** -24)
 
 
 @pytest.mark.aarch64
@@ -209,3 +220,62 @@ def test_the_analytical_model_reads_the_neon_targets():
     for name, peak in (("neon", 102.4), ("neon_fp16", 204.8)):     # Apple M1 at 3.2 GHz
         predicted = AnalyticalCost(Machine.of(TARGETS[name], peak)).predict([base, blocked])
         assert np.all(np.isfinite(predicted)) and predicted[1] > predicted[0] > 0
+
+
+@pytest.mark.aarch64
+@pytest.mark.parametrize("target", ["neon", "neon_fp16"])
+def test_a_broadcast_second_operand_is_read_by_element(target):
+    """y[n] = sum_k B[k, n] * a[k]: the broadcast is the product's second operand."""
+    from loopstack.looptree.builders import access, make_tree, nest
+    from loopstack.looptree.ir import Binary, Buffer, Compute, Load
+
+    dt = "float16" if target == "neon_fp16" else "float32"
+    bufs = [Buffer("B", dt, (9, 21), "input"), Buffer("a", dt, (9,), "input"), Buffer("y", dt, (21,), "output")]
+    stmt = Compute("y", access("y", "n"), Binary("mul", Load(access("B", "k", "n")), Load(access("a", "k"))),
+                   reduce="add", init="identity")
+    tree = make_tree(bufs, {"k": 9, "n": 21}, nest([("n", 21), ("k", 1), ("n", 1)], stmt))
+    kernel = compile(tree, target=target)
+    assert ".s[0]" in kernel.asm() or ".h[0]" in kernel.asm()
+    rng = np.random.default_rng(9)
+    B, a = rng.standard_normal((9, 21)).astype(dt), rng.standard_normal(9).astype(dt)
+    y = np.zeros(21, dt)
+    run_kernel(kernel, [B, a, y])
+    tol = 1e-5 if target == "neon" else 2e-2
+    np.testing.assert_allclose(y, a.astype(np.float64) @ B.astype(np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.aarch64
+def test_the_public_api_runs_native_neon_by_default():
+    """On an AArch64 host, plain frontend code compiles for neon and runs it natively, never the
+    interpreter (on x86 this test runs in the aarch64 stage, under qemu)."""
+    import loopstack as lt
+    from loopstack.backend.native import NativeKernel
+    from loopstack.isa.target import host_arch
+
+    if host_arch() != "aarch64":
+        pytest.skip("needs an aarch64 host (on x86 the aarch64 stage runs it under qemu-aarch64)")
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((19, 23)).astype(np.float32), rng.standard_normal((23, 17)).astype(np.float32)
+    s = lt.SymbolGenerator()
+    C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k)
+    assert lt.default_target() == "native"
+    np.testing.assert_allclose(C.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    kernel = C.compile()
+    assert isinstance(kernel, NativeKernel) and kernel.target.name == "neon" and "fmla" in kernel.asm()
+
+
+def test_the_frontend_passes_the_target_through():
+    import loopstack as lt
+    from loopstack.isa.target import host_arch
+
+    s = lt.SymbolGenerator()
+    a = np.ones((12, 20), np.float32)
+    C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(a.T.copy()).to(s.k, s.n)).sum(s.k)
+    for target in ("neon", "neon_fp16"):
+        if target == "neon_fp16":
+            C = (lt.Tensor(a.astype(np.float16)).to(s.m, s.k) * lt.Tensor(a.T.astype(np.float16)).to(s.k, s.n)).sum(s.k)
+        for kernel in (C.compile(target=target), lt.compile(C, target=target)):
+            assert kernel.target.name == target and "fmla" in kernel.asm() and kernel.flops == 2 * 12 * 12 * 20
+    if host_arch() != "aarch64":
+        with pytest.raises(UnsupportedError, match="cannot run"):
+            C.numpy(target="neon_fp16")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from strategies import random_case
+from vector_math import MATH
 
 from loopstack.backend import compile
 from loopstack.backend.kernel_base import empty_aligned
@@ -229,22 +230,6 @@ def test_nested_tails_keep_the_code_small():
 
 
 # -- element-wise math ------------------------------------------------------------------
-
-MATH = {
-    # op: (input sampler, numpy reference, rtol, atol)
-    "exp": (lambda r: r.uniform(-80, 80, 4099), np.exp, 1e-6, 0),
-    "log": (lambda r: np.exp(r.uniform(-80, 80, 4099)), np.log, 1e-6, 3e-7),
-    "sigmoid": (lambda r: r.uniform(-30, 30, 4099), lambda x: 1 / (1 + np.exp(-x)), 2e-6, 0),
-    "tanh": (lambda r: r.uniform(-12, 12, 4099), np.tanh, 0, 3e-7),
-    "gelu": (lambda r: r.uniform(-12, 12, 4099),
-             lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))), 3e-6, 1e-7),
-    "sqrt": (lambda r: r.uniform(0, 1e6, 4099), np.sqrt, 1e-7, 0),
-    "reciprocal": (lambda r: r.uniform(0.01, 100, 4099), lambda x: 1 / x, 1e-7, 0),
-    "abs": (lambda r: r.standard_normal(4099), np.abs, 0, 0),
-    "neg": (lambda r: r.standard_normal(4099), np.negative, 0, 0),
-    "relu": (lambda r: r.standard_normal(4099), lambda x: np.maximum(x, 0), 0, 0),
-}
-
 
 @pytest.mark.parametrize("op", sorted(MATH))
 def test_vector_math_accuracy(op):

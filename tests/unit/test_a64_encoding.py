@@ -378,6 +378,12 @@ def test_literal_pool_loads_and_is_shared():
     assert insns[0].op_str == f"q0, #{c.position:#x}" and insns[1].op_str == f"x9, #{c.position:#x}"
     listing = asm.listing()
     assert "ldr q0" in listing and "const0" in listing
+    asm = Assembler()
+    top = asm.label("top")
+    asm.bind(top)
+    asm.nop()
+    asm.b(top)
+    assert asm.listing().splitlines()[:2] == ["top:", "     0:  1f 20 03 d5  nop"]
 
 
 def test_methods_and_align():

@@ -30,6 +30,18 @@ def test_hwcap_bits_name_the_features():
     assert {"asimd", "asimdhp", "asimddp", "fphp"} <= cpu.KNOWN_FEATURES
 
 
+@pytest.mark.aarch64
+def test_midr_names_the_core(tmp_path):
+    assert cpu.midr_name(0x411FD071) == "Arm Cortex-A57 r1p1"
+    assert cpu.midr_name(0x611F0233) == "Apple M1 Firestorm r1p3"
+    assert cpu.midr_name(0x12345670) == "implementer 0x12 part 0x567 r3p0"
+    assert cpu.midr_name(None) is None
+    f = tmp_path / "midr_el1"
+    f.write_text("0x00000000410fd083\n")
+    assert cpu.midr_name(cpu._read_midr(str(f))) == "Arm Cortex-A72 r0p3"
+    assert cpu._read_midr(str(tmp_path / "absent")) is None
+
+
 class _FakeSysctl:
     def __init__(self, values):
         self.values, self.asked = values, []

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import loopstack.backend as backend
 
-SHARED = ("nest.py", "emitter.py", "values.py", "native.py", "analysis.py", "prefetch.py", "rewrite.py",
+SHARED = ("nest.py", "emitter.py", "values.py", "native.py", "vmath.py", "analysis.py", "prefetch.py", "rewrite.py",
           "constants.py", "padding.py")
 
 

@@ -202,15 +202,18 @@ def test_measure_reports_compile_errors_instead_of_raising(monkeypatch):
 def test_a_cross_compiled_target_is_listed_not_run():
     """--target neon on a host that cannot run it: the session shows the AArch64 listing and says
     why there is no measurement (a host that runs it measures it)."""
-    from loopstack.backend.native import foreign_target
+    from loopstack.isa.target import host_arch
     from tui import measure as M
 
-    if foreign_target("neon") is None:
+    if host_arch() == "aarch64":
         pytest.skip("this host runs neon: measured like the host's own target")
     C, _, _ = matmul(16)
     m = M.measure(C.loop_tree, 0.01, target="neon")
     assert "fmla" in m.asm and m.flops == 2 * 16 ** 3
     assert m.error.startswith("run:") and "cannot run" in m.error
+    loop = innermost_asm(m.asm)              # the hot loop of the AArch64 listing, as on x86
+    assert loop[0].endswith("_top:") and loop[-1].split()[1] == "b.ne"
+    assert any("fmla" in ln for ln in loop) and len(loop) < len(m.asm.splitlines())
 
 
 # ---------------------------------------------------------------------------- the real program in a pty

@@ -80,6 +80,15 @@ class A64Emitter(Emitter):
     def _elem(self, v, i: int):
         return (v.h if self.fp16 else v.s)[i]
 
+    def alloc_for(self, kind: str) -> int:
+        """fp16 broadcasts in v0-v15 where one is free: fmla .8h by element names only those."""
+        free = self.regs.free
+        if self.fp16 and kind == "bcast":
+            for i in range(len(free) - 1, -1, -1):
+                if self.phys[free[i]] < 16:
+                    return free.pop(i)
+        return self.regs.alloc()
+
     # -- addresses ------------------------------------------------------------------
     def memory(self, pointer, disp: int):
         return (pointer, disp)
@@ -89,7 +98,7 @@ class A64Emitter(Emitter):
         pointer, disp = m
         if (0 <= disp < 4096 * size and disp % size == 0) or -256 <= disp < 256:
             return Mem(pointer, disp)
-        self.asm.mov_imm(T0, disp)
+        self._mov(T0, disp)
         return Mem(pointer, T0)
 
     def _addr(self, m) -> Mem:
@@ -100,6 +109,14 @@ class A64Emitter(Emitter):
         self._add(T0, pointer, disp)
         return Mem(T0)
 
+    def _mov(self, d, value: int) -> None:
+        """d = value: one movz for the common small counts and offsets, else the assembler's
+        shortest movz/movn/movk sequence."""
+        if 0 <= value < 1 << 16:
+            self.asm.emit("movz", d, value)
+        else:
+            self.asm.mov_imm(d, value)
+
     def _add(self, d, n, value: int) -> None:
         if value == 0:
             if d != n:
@@ -109,7 +126,7 @@ class A64Emitter(Emitter):
         if mag < 4096:
             self.asm.emit(op, d, n, mag)
         else:
-            self.asm.mov_imm(T1, mag)
+            self._mov(T1, mag)
             self.asm.emit(op, d, n, T1)
 
     # -- loads and stores -----------------------------------------------------------
@@ -283,7 +300,7 @@ class A64Emitter(Emitter):
 
     def loop_begin(self, name: str, count: int):
         c = self._counter()
-        self.asm.mov_imm(c, count)
+        self._mov(c, count)
         top = self.asm.label(f"{name}_top")
         self.asm.bind(top)
         return c, top
@@ -305,13 +322,13 @@ class A64Emitter(Emitter):
         a = self.asm
         start, end = X(1), X(2)
         for reg, d in deltas:
-            a.mov_imm(T0, d)
+            self._mov(T0, d)
             a.emit("madd", reg, start, T0, reg)
         if not full:
             return None
         c = self._counter()
         done = a.label("par_done")
-        a.mov_imm(T1, full)
+        self._mov(T1, full)
         a.emit("cmp", end, T1)
         a.emit("csel", T1, end, T1, "lt")
         a.emit("subs", c, T1, start)
@@ -323,7 +340,7 @@ class A64Emitter(Emitter):
     def parallel_tail_begin(self, full: int):
         a = self.asm
         skip = a.label("par_no_tail")
-        a.mov_imm(T1, full)
+        self._mov(T1, full)
         a.emit("cmp", X(2), T1)
         a.emit("b.le", skip)
         return skip

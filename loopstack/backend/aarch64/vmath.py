@@ -1,5 +1,5 @@
-"""Element-wise functions as straight-line AdvSIMD code: the algorithms of backend/x86/vmath.py
-(its constants and documented float32 error bounds), in AArch64 instructions.
+"""Element-wise functions as straight-line AdvSIMD code: the algorithms, constants and float32
+error bounds of backend/vmath.py, in AArch64 instructions.
 
 On neon_fp16 the light functions (neg, abs, relu, sqrt, reciprocal) run on the 8 fp16 lanes;
 exp, log, sigmoid, tanh and gelu widen each half to float32 (fcvtl/fcvtl2), evaluate there and
@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ...isa.aarch64.operands import V
-from ..x86.vmath import EXP_POLY, GELU_K, LN2_HI, LN2_LO, LOG2E, LOG_SERIES
+from ..vmath import EXP_CLAMP, EXP_POLY, GELU_CUBIC, GELU_K, LN2_HI, LN2_LO, LOG2E, LOG_SERIES
 
 HEAVY = ("exp", "log", "sigmoid", "tanh", "gelu")
 
@@ -100,9 +100,9 @@ _LIGHT = {
 # -- float32, on whole registers (v views) ---------------------------------------------------
 def _exp(c, d, x):
     n, i, k = c.P(c.tmp()), c.P(c.tmp()), c.P(c.tmp())
-    c.const(k, 88.3)
+    c.const(k, EXP_CLAMP[1])
     c.emit("fmin", d.s4, x.s4, k.s4)
-    c.const(k, -87.3)
+    c.const(k, EXP_CLAMP[0])
     c.emit("fmax", d.s4, d.s4, k.s4)
     c.const(k, LOG2E)
     c.emit("fmul", n.s4, d.s4, k.s4)
@@ -181,7 +181,7 @@ def _tanh(c, d, x):
 def _gelu(c, d, x):
     t, k = c.P(c.tmp()), c.P(c.tmp())
     c.emit("fmul", t.s4, x.s4, x.s4)
-    c.const(k, 0.044715)
+    c.const(k, GELU_CUBIC)
     c.emit("fmul", t.s4, t.s4, k.s4)
     c.emit("mov", k.b16, x.b16)
     c.emit("fmla", k.s4, t.s4, x.s4)             # x + 0.044715 x^3

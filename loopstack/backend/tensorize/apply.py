@@ -22,7 +22,7 @@ EXTENSIONS = {"avx2": frozenset({"avx_vnni"}), "avx512": frozenset({"avx512_vnni
 
 def target_features(target) -> frozenset[str]:
     from ...isa import cpu
-    from ..native import host_arch
+    from ...isa.target import host_arch
 
     feats = set(target.required)
     if target.arch == host_arch():

@@ -1,15 +1,6 @@
-"""Element-wise functions as straight-line vector code (no calls, no tables).
-
-Accuracy (float32, checked against numpy in tests/exec/test_codegen_math.py):
-    exp      inputs clamped to [-87.3, 88.3]; max relative error 3e-7 where the result
-             is a normal number (results under ~1e-37 may flush toward zero)
-    log      positive normal inputs; max absolute error 2e-7, relative 3e-7 away from x=1
-    sigmoid  1 / (1 + exp(-x)); max relative error 5e-7
-    tanh     1 - 2 / (exp(2x) + 1); max absolute error 2e-7 (relative error grows near 0,
-             where the absolute error stays under 2e-7)
-    gelu     tanh approximation 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))), evaluated as
-             x * sigmoid(2√(2/π)(x + 0.044715x³)) to avoid cancellation; max relative error 1e-6
-Every function works on full vectors and, with xmm registers, on scalars (lane 0).
+"""Element-wise functions as straight-line AVX2/AVX-512 code (no calls, no tables): the algorithms
+and accuracy of backend/vmath.py. Every function works on full vectors and, with xmm registers,
+on scalars (lane 0).
 """
 from __future__ import annotations
 
@@ -17,14 +8,8 @@ import math
 
 from ...errors import UnsupportedError
 from ...isa.x86.operands import Vec
+from ..vmath import EXP_CLAMP, EXP_POLY, GELU_CUBIC, GELU_K, LN2_HI, LN2_LO, LOG2E, LOG_SERIES
 from .values import vreg
-
-LOG2E = 1.4426950408889634
-LN2_HI = 0.693145751953125          # exactly representable: n * LN2_HI has no rounding error
-LN2_LO = 1.428606765330187e-06
-EXP_POLY = [1 / math.factorial(i) for i in range(8)]     # Taylor on |r| <= ln2/2
-LOG_SERIES = [1 / (2 * i + 1) for i in range(7)]          # atanh series: 1, 1/3, ..., 1/13
-GELU_K = 2 * math.sqrt(2 / math.pi)
 
 
 def unary(e, op: str, d: int, x: int, shape) -> None:
@@ -88,8 +73,8 @@ def _reciprocal(c, d, x):
 
 def _exp(c, d, x):
     n, i = c.tmp(), c.tmp()
-    c.emit("vminps", c.r(d), c.r(x), c.c(88.3))
-    c.emit("vmaxps", c.r(d), c.r(d), c.c(-87.3))
+    c.emit("vminps", c.r(d), c.r(x), c.c(EXP_CLAMP[1]))
+    c.emit("vmaxps", c.r(d), c.r(d), c.c(EXP_CLAMP[0]))
     c.emit("vmulps", c.r(n), c.r(d), c.c(LOG2E))
     c.emit("vcvtps2dq", c.r(i), c.r(n))          # round to nearest (MXCSR default)
     c.emit("vcvtdq2ps", c.r(n), c.r(i))
@@ -145,7 +130,7 @@ def _tanh(c, d, x):
 def _gelu(c, d, x):
     t = c.tmp()
     c.emit("vmulps", c.r(t), c.r(x), c.r(x))
-    c.emit("vmulps", c.r(t), c.r(t), c.c(0.044715))
+    c.emit("vmulps", c.r(t), c.r(t), c.c(GELU_CUBIC))
     c.emit("vfmadd213ps", c.r(t), c.r(x), c.r(x))        # x + 0.044715 x^3
     c.emit("vmulps", c.r(t), c.r(t), c.c(GELU_K))
     _sigmoid(c, t, t)

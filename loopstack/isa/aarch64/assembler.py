@@ -180,14 +180,20 @@ class Assembler:
         return words.tobytes() + bytes(pool)
 
     def listing(self) -> str:
-        """Offset, bytes and capstone's disassembly, one instruction a line; then the pool."""
+        """Offset, bytes and capstone's disassembly, one instruction a line, under the names of
+        the labels bound there; then the pool."""
         from capstone import CS_ARCH_ARM64, CS_MODE_ARM, Cs
         code = self.bytes()
         n = len(self._words) * 4
         md = Cs(CS_ARCH_ARM64, CS_MODE_ARM)
         lines = []
         decoded = 0
+        names: dict[int, list[str]] = {}
+        for lbl in self._labels:
+            if lbl.position is not None:
+                names.setdefault(lbl.position, []).append(lbl.name)
         for insn in md.disasm(code[:n], 0):
+            lines += [f"{name}:" for name in names.get(insn.address, ())]
             lines.append(f"{insn.address:6x}:  {insn.bytes.hex(' ')}  {insn.mnemonic} {insn.op_str}".rstrip())
             decoded += insn.size
         if decoded != n:      # capstone stops at the first word it cannot decode

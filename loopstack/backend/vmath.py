@@ -1,0 +1,30 @@
+"""The element-wise functions' algorithms, shared by every instruction set's straight-line code
+(backend/x86/vmath.py, backend/aarch64/vmath.py): their constants and accuracy.
+
+Accuracy (float32, checked against numpy in tests/exec/test_codegen_features.py for x86 and
+tests/exec/test_aarch64_codegen.py for AArch64):
+    exp      inputs clamped to [-87.3, 88.3]; n = round(x log2 e), r = x - n ln2 (ln2 in two
+             parts), a degree-7 Taylor polynomial of e^r times 2^n added to the exponent field;
+             max relative error 3e-7 where the result is a normal number (results under ~1e-37
+             may flush toward zero)
+    log      positive normal inputs; exponent e and mantissa m in [1, 2), t = (m-1)/(m+1),
+             log x = e ln2 + 2 atanh(t) by its series to t^13; max absolute error 2e-7,
+             relative 3e-7 away from x=1
+    sigmoid  1 / (1 + exp(-x)); max relative error 5e-7
+    tanh     1 - 2 / (exp(2x) + 1); max absolute error 2e-7 (relative error grows near 0,
+             where the absolute error stays under 2e-7)
+    gelu     tanh approximation 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))), evaluated as
+             x * sigmoid(2√(2/π)(x + 0.044715x³)) to avoid cancellation; max relative error 1e-6
+"""
+from __future__ import annotations
+
+import math
+
+LOG2E = 1.4426950408889634
+LN2_HI = 0.693145751953125          # exactly representable: n * LN2_HI has no rounding error
+LN2_LO = 1.428606765330187e-06
+EXP_POLY = [1 / math.factorial(i) for i in range(8)]     # Taylor on |r| <= ln2/2
+LOG_SERIES = [1 / (2 * i + 1) for i in range(7)]          # atanh series: 1, 1/3, ..., 1/13
+GELU_K = 2 * math.sqrt(2 / math.pi)
+EXP_CLAMP = (-87.3, 88.3)
+GELU_CUBIC = 0.044715
