@@ -10,6 +10,12 @@ built, so what building costs is the `mem_build` row: making the Mems of both `*
 runs alone, per second (its instr column counts Mems). Also the time to make a callable from
 bytes when `loopstack.isa.execmem` exists.
 
+AArch64 rows: `a64` is the NEON 8x12 fp32 block of an sgemm micro-kernel (ldr q post-index,
+24 `fmla .4s` by element per k step, unrolled 8 times, st1 of the accumulators, subs/b.ne), emitted
+20 times like `vex`; AArch64 operands are interned, so building its Mems anew gives the same
+objects and there is no separate fresh-Mem row. `a64_cold` empties the assembler's table of kept
+instructions before every copy: each instruction is looked up in the form table and encoded.
+
     python bench/encode.py [--json FILE] [--rounds N] [--cpu]
 
 --cpu times with this process's CPU time instead of the wall clock: on a shared machine the
@@ -60,6 +66,46 @@ def _evex_body() -> list[tuple]:
                     ZMM[i]))
     out += [("add", rax, 8), ("add", rsi, 1024), ("cmp", rax, r10), ("jne", "top")]
     return out
+
+
+def _a64_body() -> list[tuple]:
+    from loopstack.isa.aarch64.operands import Mem as AMem
+    from loopstack.isa.aarch64.operands import V, X
+    out = []
+    for k in range(8):
+        out.append(("ldr", V(24).q, AMem.post(X(0), 16)))
+        out.append(("ldr", V(25).q, AMem.post(X(0), 16)))
+        for j in range(3):
+            out.append(("ldr", V(26 + j).q, AMem(X(1), 48 * k + 16 * j)))
+        for i in range(8):
+            for j in range(3):
+                out.append(("fmla", V(3 * i + j).s4, V(26 + j).s4, V(24 + i // 4).s[i % 4]))
+    for i in range(0, 24, 4):
+        out.append(("st1", [V(i).s4, V(i + 1).s4, V(i + 2).s4, V(i + 3).s4], AMem.post(X(2), 64)))
+    out += [("add", X(1), X(1), 384), ("subs", X(3), X(3), 1), ("b.ne", "top")]
+    return out
+
+
+def measure_a64(body: list[tuple], rounds: int, copies: int = 20, cold: bool = False) -> dict:
+    from loopstack.isa.aarch64 import assembler as a64
+    times, n, code = [], 0, b""
+    for _ in range(rounds):
+        asm = a64.Assembler()
+        top = asm.label("top")
+        ops_list = [(mn, tuple(top if o == "top" else o for o in ops)) for mn, *ops in body]
+        emit = asm.emit
+        t0 = _clock()
+        asm.bind(top)
+        for _ in range(copies):
+            if cold:
+                a64._KEPT.clear()
+            for mn, ops in ops_list:
+                emit(mn, *ops)
+        code = asm.bytes()
+        times.append(_clock() - t0)
+        n = len(asm)
+    t = statistics.median(times)
+    return {"instr_per_s": n / t, "us": t * 1e6, "instructions": n, "code_bytes": len(code)}
 
 
 _clock = time.perf_counter
@@ -145,6 +191,10 @@ def main(argv=None) -> int:
     mixes = [("vex", _vex_body()), ("evex", _evex_body())]
     for name, body, fresh in [(n, b, False) for n, b in mixes] + [(n + "_fresh_mem", b, True) for n, b in mixes]:
         r = measure(body, args.rounds, fresh=fresh)
+        print(f"{name:<16}{r['instructions']:>8}{r['code_bytes']:>9}{r['us']:>12.0f}{r['instr_per_s'] / 1e6:>12.2f}")
+        records.append({"name": name, **r})
+    for name, cold in (("a64", False), ("a64_cold", True)):
+        r = measure_a64(_a64_body(), args.rounds, cold=cold)
         print(f"{name:<16}{r['instructions']:>8}{r['code_bytes']:>9}{r['us']:>12.0f}{r['instr_per_s'] / 1e6:>12.2f}")
         records.append({"name": name, **r})
     r = measure_mem_build([b for _, b in mixes], args.rounds)

@@ -113,6 +113,7 @@ def verify(trees: dict, rounds: int, min_seconds: float = 0.0) -> dict:
     for tree in trees.values():
         if tree.key() not in kernels:
             k = tree.compile(tgt)
+            k.threads = 1           # rated against one core's peak
             kernels[tree.key()] = (k, k.random_arguments())
     gflops = {key: [] for key in kernels}
     share = {key: [] for key in kernels}
@@ -185,7 +186,7 @@ def analytical_sweep(name: str = "MM-256", count: int = 60, seed: int = 0) -> di
             break
     ir = base.lower()
     inputs = _inputs(ir, seed)
-    with WorkerPool(inputs, reference_output(base, inputs), workers=1, runs=10) as pool:
+    with WorkerPool(inputs, reference_output(base, inputs), workers=1, runs=10, threads=1) as pool:
         measured = [m.gflops for m in pool.measure(trees)]
     predicted = AnalyticalCost(Machine.of(tgt, peak_gflops(tgt))).predict(trees)
     rho = spearman(predicted, measured)
@@ -226,7 +227,8 @@ def main() -> int:
             mapper, cost = spec.split("/")
             t, _ = get_workload(name).build(0)
             res = tune(t, budget_s=args.budget, mapper=mapper, cost_model=cost, workers=args.workers,
-                       config=TuneConfig(db_path=os.path.join(db_dir, spec.replace("/", "-") + ".db")),
+                       config=TuneConfig(db_path=os.path.join(db_dir, spec.replace("/", "-") + ".db"),
+                                         threads=1),   # rated against one core's peak
                        name=name, start=args.start)
             if mapper == "scripted":       # its fastest measurement, as the curves count them
                 script_best = max((h["best"] for h in res.history), default=0.0)

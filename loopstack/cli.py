@@ -26,6 +26,8 @@ SUBCOMMANDS: dict[str, str] = {
     "show": "loopstack.commands.asm:ShowCommand",
     "tui": "tui.command",
     "tune": "loopstack.tune.command",
+    "db": "loopstack.tune.db_command",
+    "run": "loopstack.commands.run",
 }
 
 

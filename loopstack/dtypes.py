@@ -21,6 +21,8 @@ class DType:
 
     @property
     def np(self) -> np.dtype:
+        if self.name == "bfloat16":   # numpy knows bfloat16 once ml_dtypes has registered it
+            import ml_dtypes  # noqa: F401
         return np.dtype(self.name)
 
 
@@ -29,6 +31,7 @@ DTYPES: dict[str, DType] = {
     for d in (
         DType("float32", 4, True, "float32"),
         DType("float16", 2, True, "float32"),
+        DType("bfloat16", 2, True, "float32"),    # ml_dtypes' numpy type; computed by the GPU backend
         DType("int8", 1, False, "int32"),
         DType("uint8", 1, False, "int32"),
         DType("int32", 4, False, "int32"),

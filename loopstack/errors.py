@@ -42,3 +42,12 @@ class EncodingError(LoopstackError, ValueError):
 
 class ArgumentError(LoopstackError, ValueError):
     """Arrays passed to a kernel that are of the wrong shape, dtype, layout or writability."""
+
+
+class ClusterError(LoopstackError, RuntimeError):
+    """A cluster that cannot be reached, has no node to measure on, or lost every node."""
+
+
+class SimulationError(LoopstackError, RuntimeError):
+    """A fault while the PTX reference interpreter runs a kernel: an access outside every array,
+    a misaligned address, a partial warp at a warp-collective instruction, an unsupported instruction."""

@@ -1,6 +1,6 @@
 """Operand instances for every form of the AArch64 table, drawn from a random.Random.
 
-Used by the encoding tests (one llvm-mc run over all of them) and by bench/encode.py.
+Used by the encoding tests: one llvm-mc run over all of them, and hypothesis draws decoded by capstone.
 """
 from __future__ import annotations
 
@@ -51,6 +51,16 @@ def _imm(form, slot_index, rng):
         return rng.randrange(1 << 16)
     if g in ("bf_lsl", "bf_shr"):
         return rng.randrange(bits)
+    if slot == "#bimm":
+        from loopstack.isa.aarch64.immediates import decode_bitmask
+        while True:
+            try:
+                return decode_bitmask(rng.randrange(2) if bits == 64 else 0, rng.randrange(bits), rng.randrange(64), bits)
+            except EncodingError:
+                continue
+    if slot == "#fimm":
+        from loopstack.isa.aarch64.immediates import fp_imm8_value
+        return fp_imm8_value(rng.randrange(256))
     if slot == "#bytemask":
         return sum(0xFF << (8 * k) for k in range(8) if rng.random() < 0.5)
     if slot == "#imm8":
@@ -99,7 +109,7 @@ def _mem(kind, form, slot_text, rng, ops_so_far):
         return Mem(base, off)
     if g == "ldst_imm9":
         off = rng.randrange(-256, 256)
-        return Mem.pre(base, off) if kind == "[mem]!" else Mem.post(base, off)
+        return {"[mem]": Mem, "[mem]!": Mem.pre, "[mem],imm": Mem.post}[kind](base, off)
     if g == "ldst_pair":
         off = rng.randrange(-64, 64) * scale
         return {"[mem]": Mem, "[mem]!": Mem.pre, "[mem],imm": Mem.post}[kind](base, off)
@@ -147,7 +157,10 @@ def sample(mnemonic, kinds, form, rng, label=None):
         elif kind.startswith("[mem"):
             ops.append(_mem(kind, form, slot, rng, ops))
         elif kind == "fimm":
-            ops.append(0.0)
+            ops.append(0.0 if slot == "#0.0" else float(_imm(form, i, rng)))
+        elif kind == "imm" and slot == "#fimm":        # an int that is an fmov immediate: 1, 2, ... 31
+            from loopstack.isa.aarch64.immediates import fp_imm8_value
+            ops.append(rng.choice([int(v) for v in map(fp_imm8_value, range(256)) if v == int(v)]))
         elif kind == "imm":
             ops.append(_imm(form, i, rng))
         elif kind == "shift":

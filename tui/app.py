@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import curses
 
+from .measure import measure
 from .screen import draw, styles
 from .state import Session
 
@@ -61,7 +62,7 @@ def _read_escape(stdscr) -> str:
     return out
 
 
-def _loop(stdscr, tree, name: str, path: str, colors: bool) -> Session:
+def _loop(stdscr, tree, name: str, path: str, colors: bool, target=None) -> Session:
     try:
         curses.curs_set(0)
     except curses.error:
@@ -83,7 +84,8 @@ def _loop(stdscr, tree, name: str, path: str, colors: bool) -> Session:
             pass
         stdscr.refresh()
 
-    session = Session(tree, name=name, path=path, busy=busy)
+    measurer = None if target is None else (lambda t, seconds: measure(t, seconds, target=target))
+    session = Session(tree, name=name, path=path, busy=busy, measurer=measurer)
     while not session.done:
         draw(stdscr, session, attrs)
         try:
@@ -111,6 +113,7 @@ class _NoColour:
         return False
 
 
-def run(tree, name: str = "", path: str = "schedule.json", colors: bool = True) -> Session:
-    """Run the TUI on a frontend LoopTree until `q`; the Session holds the chosen tree."""
-    return curses.wrapper(_loop, tree, name, path, colors)
+def run(tree, name: str = "", path: str = "schedule.json", colors: bool = True, target=None) -> Session:
+    """Run the TUI on a frontend LoopTree until `q`; the Session holds the chosen tree. A target
+    this host cannot run (neon on x86) is compiled and listed, not benchmarked."""
+    return curses.wrapper(_loop, tree, name, path, colors, target)

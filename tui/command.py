@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save", metavar="FILE", help="write the final schedule here on quit")
     parser.add_argument("--no-color", action="store_true", help="attributes only, no colours")
     parser.add_argument("--seed", type=int, default=0, help="seed of the workload's inputs")
+    parser.add_argument("--target", default=None, help="avx2, avx512, neon (cross-compiled where the host "
+                                                       "cannot run it: listing only); default: the host's")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             raise lt.ArgumentError(f"cannot read {args.load}: {e.strerror or e}") from None
         tree = lt.apply_actions(tree, loaded.actions)
     colors = not args.no_color and "NO_COLOR" not in os.environ
-    session = run_tui(tree, name=w.name, path=path, colors=colors)
+    session = run_tui(tree, name=w.name, path=path, colors=colors, target=args.target)
     final = session.tree
     tensor.set(final)
     print(final)

@@ -53,11 +53,12 @@ def peak(target=None) -> tuple[str, float]:
     """(target name, peak GFLOPS), measured once per process (about 50 ms)."""
     key = target or "host"
     if key not in _PEAK:
+        from loopstack.backend.native import foreign_target, runs_here
         from loopstack.isa.target import get_target, host_target, peak_gflops
 
         try:
-            t = host_target() if target in (None, "x86") else get_target(target)
-            _PEAK[key] = (t.name, peak_gflops(t))
+            t = host_target() if target in (None, "x86") else (foreign_target(target) or get_target(target))
+            _PEAK[key] = (t.name, peak_gflops(t) if runs_here(t) else 0.0)   # cross-compiled: no probe
         except (LoopstackError, OSError) as e:   # no executable memory, unknown CPU: no peak line
             _PEAK[key] = (f"({e})", 0.0)
     return _PEAK[key]

@@ -3,9 +3,10 @@
     compile(tree, target=None, unroll_limit=None) -> Kernel
 
 `target` is None (the best target of this CPU), a target name ("avx2", "avx512", "neon",
-"neon_fp16"), a `loopstack.isa.target.Target`, or "interp" for the reference interpreter.
-Code for another architecture compiles on any host (`.code`, `.asm()`, `.flops`); calling
-it where it cannot run raises UnsupportedError. Every
+"neon_fp16"), a `loopstack.isa.target.Target`, "interp" for the reference interpreter, or an
+NVIDIA GPU ("sm_80", "sm_90", or a `loopstack.backend.ptx.GpuTarget` carrying the tensor-core
+knobs). Code for another architecture compiles on any host (`.code`, `.asm()`, `.flops`);
+calling it where it cannot run raises UnsupportedError. Every
 Kernel is called with numpy arrays in `tree.arguments` order (inputs, then outputs);
 outputs are written in place. The tree's accesses are verified to be in bounds before
 anything is compiled.
@@ -23,6 +24,10 @@ def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural n
         from .interp import InterpKernel
 
         return InterpKernel(tree)
+    from .ptx import compile_gpu, is_gpu_target
+
+    if is_gpu_target(target):
+        return compile_gpu(tree, target)
     from .native import compile_native
 
     # A compile allocates tens of thousands of small, acyclic objects (operands, addresses,

@@ -128,7 +128,10 @@ def _widened(tree: LoopTree, buf: Buffer, outer, tiled) -> Buffer | None:
 def _map_tree(node, f):
     if isinstance(node, Compute):
         return map_accesses(node, f)
-    return replace(node, body=tuple(_map_tree(n, f) for n in node.body))
+    body = tuple(_map_tree(n, f) for n in node.body)
+    if all(new is old for new, old in zip(body, node.body)):
+        return node                       # nothing below changed: share the subtree
+    return replace(node, body=body)
 
 
 def _rename(node, names: dict[str, str]):
@@ -139,6 +142,8 @@ def _rename(node, names: dict[str, str]):
 
 
 def _widen_accesses(node, name: str, offsets: list[str]):
+    if not any(a.buffer == name for s in statements(node) for a in (s.out, *s.reads())):
+        return node                       # the subtree does not touch the buffer
     lead = tuple(Affine.of(o) for o in offsets)
 
     def f(a: Access) -> Access:
@@ -152,6 +157,8 @@ def _without(nodes: tuple, gone) -> tuple:
         if n is gone:
             continue
         if isinstance(n, Loop):
-            n = replace(n, body=_without(n.body, gone))
+            body = _without(n.body, gone)
+            if len(body) != len(n.body) or any(new is not old for new, old in zip(body, n.body)):
+                n = replace(n, body=body)
         out.append(n)
     return tuple(out)

@@ -140,12 +140,16 @@ class Emitter:
             operand = self.memory_operand(m, kind, shape, dtype)
             if operand is not None and regs.keep_in_memory(key, left):
                 return Val(mem=operand)
-        reg = regs.alloc()
+        reg = self.alloc_for(kind)
         self.load_into(reg, m, kind, shape, dtype)
         if left > 0:
             regs.cache[key] = reg
             return Val(reg=reg, key=key)
         return Val(reg=reg, owned=True)
+
+    def alloc_for(self, kind: str) -> int:
+        """A register for a load of `kind` (an instruction set may prefer some registers)."""
+        return self.regs.alloc()
 
     # -- expressions -----------------------------------------------------------
     def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs, position: int = 0) -> None:

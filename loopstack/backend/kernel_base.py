@@ -133,6 +133,9 @@ class KernelBase:
                 raise ArgumentError(f"argument {i} ({b.name}) has dtype {a.dtype}, expected {want}")
             if a.shape != shape:
                 raise ArgumentError(f"argument {i} ({b.name}) has shape {tuple(a.shape)}, expected {shape}")
+            if not a.flags.aligned:
+                raise ArgumentError(f"argument {i} ({b.name}) is not aligned to its {want.itemsize}-byte "
+                                    "elements")
             ast = a.strides
             for d, st in strides:
                 if ast[d] != st:

@@ -26,7 +26,7 @@ from operator import is_
 
 import numpy as np
 
-from ..errors import ArgumentError, ScheduleError, UnsupportedError
+from ..errors import ArgumentError, LoopstackError, ScheduleError, UnsupportedError
 from ..isa.target import get_target
 from ..looptree.ir import Dot, Loop, LoopTree, loop_var, statements
 from .kernel_base import KernelBase, allocate_storage
@@ -57,6 +57,23 @@ def host_arch() -> str:
     return _HOST_ARCH.get(platform.machine().lower(), platform.machine().lower())
 
 
+def foreign_target(name):
+    """The preset of a named target of another architecture than this host's (its caches are its
+    own, not this machine's), or None."""
+    from ..isa.target import TARGETS
+
+    t = TARGETS.get(name) if isinstance(name, str) else None
+    return t if t is not None and t.arch != host_arch() else None
+
+
+def in_float16(tree: LoopTree) -> LoopTree:
+    """The same program with every float32 buffer in float16 (what neon_fp16 computes)."""
+    import dataclasses
+
+    bufs = tuple(dataclasses.replace(b, dtype="float16") if b.dtype == "float32" else b for b in tree.buffers)
+    return dataclasses.replace(tree, buffers=bufs)
+
+
 def runs_here(target) -> bool:
     """Whether this process can call code for `target`: the host's architecture and features."""
     from ..isa import cpu
@@ -66,7 +83,7 @@ def runs_here(target) -> bool:
 
 def compile_native(tree: LoopTree, target=None, unroll_limit: int | None = None) -> "NativeKernel":
     t0 = time.perf_counter()
-    target = get_target(target, check=False)
+    target = foreign_target(target) or get_target(target, check=False)
     if target.arch == host_arch():
         get_target(target)               # a CPU without the instruction set fails here, before any code
     lowered, parallel, segments, once = emit_native(tree, target, unroll_limit)
@@ -118,9 +135,14 @@ def emit_native(tree: LoopTree, target, unroll_limit: int | None = None):
 class _Foreign:
     """The code of a segment for a target this host cannot run: inspectable, not callable."""
 
+    closed = False
+
     def __init__(self, code: bytes, target):
         self.code = code
         self.target = target
+
+    def close(self) -> None:
+        """Nothing is mapped for code this host cannot run."""
 
     def func(self, *args):
         raise UnsupportedError(
@@ -231,12 +253,24 @@ class NativeKernel(KernelBase):
             self._bind(arrays, checked)
         self._run()
 
+    def close(self) -> None:
+        """Unmap the kernel's code now (idempotent); calling it afterwards raises LoopstackError."""
+        for c, _, _ in self._segments:
+            c.close()
+        self._bound, self._run = _UNBOUND, None
+
+    @property
+    def closed(self) -> bool:
+        return any(c.closed for c, _, _ in self._segments)
+
     def _bind(self, arrays, checked: bool) -> None:
         """Check new arrays, build their pointer blocks (one per thread when a segment runs in
         parallel), pack their constants, and make the call that runs every step on them.
 
         The arrays are kept bound: while referenced, their ids cannot be reused and they cannot
         be resized, so the same objects passed again are the same memory and need no check."""
+        if self.closed:
+            raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
         if not checked:
             self.check_arguments(arrays)
         threads = self.threads if self._parallel else 1

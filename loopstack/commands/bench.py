@@ -13,7 +13,7 @@ import time
 
 HELP = "benchmark the paper's workloads against numpy, PyTorch and Halide"
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-SUITE_CHOICES = ("paper", "mm", "conv", "dwconv", "mlp", "mbv3", "all", "int8")
+SUITE_CHOICES = ("paper", "mm", "conv", "dwconv", "mlp", "mbv3", "all", "int8", "nets")
 
 
 def add_arguments(parser) -> None:
@@ -23,7 +23,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", metavar="FILE", help="write one JSON record per workload")
     parser.add_argument("--compare", default="numpy,torch", metavar="PEERS",
                         help="comma-separated peers: numpy,torch,halide (default numpy,torch; '' for none)")
-    parser.add_argument("--threads", type=int, default=1, help="threads (only 1 is supported)")
+    parser.add_argument("--threads", type=int, default=1, metavar="N",
+                        help="also time loopstack's kernels on N threads (the peers stay single-threaded)")
     parser.add_argument("--runs", type=int, default=10, help="timed runs per measurement (best counts)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of (loopstack, peers) per workload; the median of the rounds' bests counts")
@@ -113,8 +114,9 @@ def compile_ms(tree, target=None, repeat: int = 5) -> float:
 
 
 def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, seed: int = 0,
-                     db_path=None) -> dict:
-    """Build, schedule, compile, check and time one workload; the JSON record."""
+                     db_path=None, threads: int = 1) -> dict:
+    """Build, schedule, compile, check and time one workload; the JSON record. Its `gflops` are
+    on one thread, like the peers'; with `threads` > 1, `gflops_threads` on that many too."""
     import numpy as np
 
     from .. import peers as P
@@ -129,6 +131,7 @@ def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, 
     tree, origin = chosen_schedule(Y, tgt, db_path)
     Y.set(tree)
     kernel = Y.compile()
+    kernel.threads = 1          # compared with single-threaded peers and one core's peak
     cms = compile_ms(tree, None if target is None else target)
     inputs = [r.data for r in program(Y).reads]
     out = empty_aligned(Y.shape, np.float32)
@@ -138,12 +141,17 @@ def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, 
     scale = float(np.max(np.abs(ref))) if ref.size else 1.0
     arrays = w.arrays(seed)    # the same values, for the peers (aligned like the kernel's)
     mine, peaks, shares, theirs, layouts, pcompile, notes = [], [], [], {p: [] for p in peers}, {}, {}, {}
+    multi = []
     for _ in range(max(1, rounds)):
         # a peak probed beside every round: on a shared machine the core's speed drifts (by a
         # third within minutes on a cloud Xeon), and a slow phase then slows both sides of the ratio
         peaks.append(measure_peak(tgt, seconds=0.05))
         mine.append(kernel.benchmark(*inputs, out, runs=runs, min_seconds=BENCH_MIN_SECONDS))
         shares.append(100 * mine[-1] / peaks[-1])
+        if threads > 1:
+            kernel.threads = threads
+            multi.append(kernel.benchmark(*inputs, out, runs=runs, min_seconds=BENCH_MIN_SECONDS))
+            kernel.threads = 1
         for p in peers:
             try:
                 res = P.measure(p, w, arrays, runs=runs)
@@ -174,7 +182,15 @@ def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, 
         "target": tgt.name,
         "schedule": _schedule_text(tree),
         "schedule_origin": origin,
+        "threads": threads,
+        "gflops_threads": _median(multi) if multi else None,
+        "parallel": kernel_is_parallel(kernel),
     }
+
+
+def kernel_is_parallel(kernel) -> bool:
+    """Whether a kernel has a loop that runs on several threads (tune.defaults.parallelize)."""
+    return bool(getattr(kernel, "_parallel", False))
 
 
 def _schedule_text(tree) -> list:
@@ -197,6 +213,9 @@ def _progress(i, n, label, enabled):
 
 def format_table(rows: list, peers: list) -> str:
     head = f"{'workload':<11} {'shape':<30} {'sched':<7} {'GFLOPS':>7} {'%peak':>6} {'comp ms':>8} {'max err':>9}"
+    threads = max([r.get("threads", 1) for r in rows] + [1])
+    if threads > 1:
+        head += f" {f'{threads} thr GF':>10} {'x':>5}"
     for p in peers:
         head += f" {p + ' GF':>10} {'ratio':>6}"
     head += "  target"
@@ -204,6 +223,9 @@ def format_table(rows: list, peers: list) -> str:
     for r in rows:
         s = (f"{r['name']:<11} {r['shape'][:30]:<30} {r['schedule_origin']:<7} {r['gflops']:7.1f} {percent_of_peak(r):5.1f}%"
              f" {r['compile_ms']:8.2f} {r['max_abs_err']:9.2e}")
+        if threads > 1:
+            g = r.get("gflops_threads")
+            s += f" {g:10.1f} {g / r['gflops']:4.2f}x" if g else f" {'-':>10} {'':>5}"
         for p in peers:
             v = r["peers"].get(p)
             s += f" {v:10.1f} {r['gflops'] / v:5.2f}x" if v else f" {'skipped':>10} {'':>6}"
@@ -222,7 +244,8 @@ def record(row: dict) -> dict:
                                "peers", "peer_compile_ms")}
     rec.update(shape=row["shape"], flops=row["flops"], target=row["target"], peer_layouts=row["peer_layouts"],
                skipped=row["skipped"], correct=row["correct"], status=status, missed=missed,
-               schedule=row["schedule"], schedule_origin=row["schedule_origin"])
+               schedule=row["schedule"], schedule_origin=row["schedule_origin"], threads=row["threads"],
+               gflops_threads=row["gflops_threads"], parallel=row["parallel"])
     return rec
 
 
@@ -292,9 +315,12 @@ def run(args) -> int:
         from .bench_int8 import run as run_int8
 
         return run_int8(args)
+    if args.suite == "nets":   # whole ONNX networks against onnxruntime (loopstack/onnx/netbench.py)
+        from ..onnx.netbench import main as nets
 
-    if args.threads != 1:
-        raise ArgumentError(f"--threads {args.threads}: only single-threaded runs are supported (--threads 1)")
+        return nets([*(["--json", args.json] if args.json else []), "--rounds", str(max(args.runs, 5))])
+    if args.threads < 1:
+        raise ArgumentError(f"--threads {args.threads}: expected a positive thread count")
     peers = parse_peers(args.compare)
     workloads = select(args)
     _reexec_single_threaded()
@@ -310,7 +336,7 @@ def run(args) -> int:
     for i, w in enumerate(workloads):
         _progress(i, len(workloads), w.name, show)
         rows.append(measure_workload(w, peers, runs=args.runs, rounds=args.rounds, target=target,
-                                     db_path=args.db))
+                                     db_path=args.db, threads=args.threads))
     _progress(len(workloads), len(workloads), "done", show)
     print(format_table(rows, peers))
     met = sum(verdict(r)[0] == "ok" for r in rows)

@@ -52,9 +52,17 @@ def _aff(d: dict, c: int = 0) -> Affine:
 
 def build_loops(ctx: Ctx) -> None:
     t = ctx.tree
+    g = t.graph
     for it in t.items:
         if it.kind == "loop":
-            ctx.steps[it.ref] = steps(t.node_schedule(it.leaves[0]).order)[it.depth]
+            v, size, _ = it.entry
+            # the step comes from a node that needs the loop's dimension; a loop that only
+            # repeats its nodes (add_loop(node, loop)) runs about `size` times over the dimension
+            need = [i for i in it.leaves if v in g.domain(g.node(i))]
+            if need:
+                ctx.steps[it.ref] = steps(t.node_schedule(need[0]).order)[it.depth]
+            else:
+                ctx.steps[it.ref] = -(-g.size(v) // size)
         else:
             ctx.paths[it.node] = tuple(t.path(it.ref))
 

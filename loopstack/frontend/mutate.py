@@ -6,9 +6,10 @@ a schedule is a replayable trace: `apply_actions(unscheduled, tree.actions) == t
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 
-from ..errors import ScheduleError
+from ..errors import LoopstackError, ScheduleError
 from .graph import GNode
 from .tree import LoopTree, NodeSchedule, extents, steps
 
@@ -55,7 +56,10 @@ def split(tree: LoopTree, ref: int, factor: int) -> LoopTree:
         order = list(ns.order)
         inner = factor * step
         order[d:d + 1] = [(v, ext // inner, ext % inner), (v, factor, 0)]
-        return _shift(ns, d + 1, 1, order=tuple(order))
+        ns = _shift(ns, d + 1, 1, order=tuple(order))
+        # a vectorized loop stays innermost: the annotation follows it to the inner half
+        return replace(ns, annotations=tuple(sorted((x + 1 if x == d and a == "vectorize" else x, a)
+                                                    for x, a in ns.annotations)))
 
     return tree._with(sched=_rewrite(tree, it.leaves, f), action=Action("split", (ref, factor)))
 
@@ -73,6 +77,12 @@ def merge(tree: LoopTree, ref: int) -> LoopTree:
         st = steps(ns.order)
         ext = order[d - 1][1] * st[d - 1] + order[d - 1][2]
         order[d - 1:d + 1] = [(it.entry[0], ext // st[d], ext % st[d])]
+        # the merged loop keeps the outer half's annotation, or the inner half's vectorize
+        inner = ns.annotation(d)
+        ann = tuple((x, a) for x, a in ns.annotations if x != d)
+        if inner == "vectorize" and not ns.annotation(d - 1):
+            ann = tuple(sorted(ann + ((d - 1, inner),)))
+        ns = replace(ns, annotations=ann, disabled=frozenset(x for x in ns.disabled if x != d))
         return _shift(ns, d + 1, -1, order=tuple(order))
 
     return tree._with(sched=_rewrite(tree, it.leaves, f), action=Action("merge", (ref,)))
@@ -91,6 +101,12 @@ def swap_loops(tree: LoopTree, a: int, b: int) -> LoopTree:
         raise ScheduleError(f"swap_loops L{a}, L{b}: both loops are over {outer.entry[0]}; swapping "
                             "them would change the result (merge or split instead)")
     d = outer.depth
+    if outer.annotation == "parallel":
+        raise ScheduleError(f"swap_loops L{a}, L{b}: L{outer.ref} runs in parallel and only an outermost "
+                            "loop can; clear its annotation first")
+    if inner.annotation == "vectorize":
+        raise ScheduleError(f"swap_loops L{a}, L{b}: L{inner.ref} is vectorized and must stay innermost; "
+                            "clear its annotation first")
 
     def f(i, ns):
         order = list(ns.order)
@@ -139,26 +155,52 @@ def try_swap(tree: LoopTree, a: int, b: int) -> LoopTree:
     return LoopTree(t.graph, t.schedule, tree.actions + (Action("try_swap", (a, b)),))
 
 
-def remove_loop(tree: LoopTree, ref: int) -> LoopTree:
-    """Remove a loop of one iteration (size 1, no tail)."""
+def remove_loop(tree: LoopTree, ref: int, loop_ref: int | None = None) -> LoopTree:
+    """`remove_loop(loop)`: remove a loop of one iteration (size 1, no tail) from every node under it.
+    `remove_loop(node, loop)` (loop_tool's form): take the enclosing loop `loop` out of `node`'s
+    loops, for a loop of any size over a dimension the node does not need (one `add_loop` gave
+    it), or of one iteration."""
+    if loop_ref is not None:
+        return _remove_node_loop(tree, ref, loop_ref)
     it = tree.loop(ref)
     v, s, t = it.entry
     if s != 1 or t != 0:
         raise ScheduleError(f"remove_loop L{ref}: loop {v} has {s} iterations{f' r {t}' if t else ''}; "
                             "only a loop of size 1 can be removed (merge it instead)")
-    d = it.depth
-
-    def f(i, ns):
-        order = ns.order[:d] + ns.order[d + 1:]
-        ns = replace(ns, annotations=tuple((x, k) for x, k in ns.annotations if x != d),
-                     disabled=frozenset(x for x in ns.disabled if x != d))
-        return _shift(ns, d + 1, -1, order=order)
-
-    return tree._with(sched=_rewrite(tree, it.leaves, f), action=Action("remove_loop", (ref,)))
+    return tree._with(sched=_rewrite(tree, it.leaves, lambda i, ns: _drop_depth(ns, it.depth)),
+                      action=Action("remove_loop", (ref,)))
 
 
-def add_loop(tree: LoopTree, ref: int, var: str) -> LoopTree:
-    """Add a loop of size 1 over `var` just above `ref` (a loop or a node)."""
+def _drop_depth(ns: NodeSchedule, d: int) -> NodeSchedule:
+    ns = replace(ns, annotations=tuple((x, k) for x, k in ns.annotations if x != d),
+                 disabled=frozenset(x for x in ns.disabled if x != d))
+    return _shift(ns, d + 1, -1, order=ns.order[:d] + ns.order[d + 1:])
+
+
+def _remove_node_loop(tree: LoopTree, node_ref: int, loop_ref: int) -> LoopTree:
+    nid = tree.leaf(node_ref).node
+    lp = tree.loop(loop_ref)
+    where = f"remove_loop L{node_ref}, L{loop_ref}"
+    if loop_ref not in tree.path(node_ref):
+        raise ScheduleError(f"{where}: L{loop_ref} does not enclose %{nid}")
+    v, s, t = lp.entry
+    if v in tree.graph.domain(tree.graph.node(nid)) and (s, t) != (1, 0):
+        raise ScheduleError(f"{where}: %{nid} needs loop {v} ({s} iterations{f' r {t}' if t else ''}); "
+                            "only a loop it does not need, or of one iteration, can be removed")
+    sched = dict(tree._sched)
+    sched[nid] = _drop_depth(sched[nid], lp.depth)
+    return tree._with(sched=sched, action=Action("remove_loop", (node_ref, loop_ref)))
+
+
+def add_loop(tree: LoopTree, ref: int, what) -> LoopTree:
+    """`add_loop(ref, var)`: a loop of size 1 over `var` just above `ref` (a loop or a node).
+    `add_loop(node, loop)` (loop_tool's form): `node` also iterates the loop `loop`, of any size,
+    over a dimension it does not need; it enters at that loop's depth, so that it can share the
+    loop with the nodes already in it (a staged copy built per block of the loop), and simply
+    runs again on each iteration. A reduction cannot: it would add its terms again."""
+    if isinstance(what, int) and not isinstance(what, bool):
+        return _add_node_loop(tree, ref, what)
+    var = what
     it = tree.item(ref)
     d = it.depth
     leaves = tree.leaves_under(ref)
@@ -170,6 +212,27 @@ def add_loop(tree: LoopTree, ref: int, var: str) -> LoopTree:
         return _shift(ns, d, 1, order=ns.order[:d] + ((var, 1, 0),) + ns.order[d:])
 
     return tree._with(sched=_rewrite(tree, leaves, f), action=Action("add_loop", (ref, var)))
+
+
+def _add_node_loop(tree: LoopTree, node_ref: int, loop_ref: int) -> LoopTree:
+    g = tree.graph
+    nid = tree.leaf(node_ref).node
+    lp = tree.loop(loop_ref)
+    where = f"add_loop L{node_ref}, L{loop_ref}"
+    v = lp.entry[0]
+    n = g.node(nid)
+    if v in g.domain(n):
+        raise ScheduleError(f"{where}: %{nid} already iterates {v}; split or swap its own loops instead")
+    if n.op == "reduce":
+        raise ScheduleError(f"{where}: %{nid} is a reduction; repeating it under loop {v} would add its "
+                            "terms again")
+    if n.op == "write":
+        raise ScheduleError(f"{where}: %{nid} writes the output; it takes no loops of its own")
+    ns = tree._sched[nid]
+    d = min(lp.depth, len(ns.order))
+    sched = dict(tree._sched)
+    sched[nid] = _shift(ns, d, 1, order=ns.order[:d] + (lp.entry,) + ns.order[d:])
+    return tree._with(sched=sched, action=Action("add_loop", (node_ref, loop_ref)))
 
 
 def swap_vars(tree: LoopTree, ref: int, a: str, b: str) -> LoopTree:
@@ -351,12 +414,30 @@ def map_ref(new: LoopTree, old_ref: int, old: LoopTree) -> int:
 
 def apply_actions(tree: LoopTree, actions) -> LoopTree:
     """Replay a trace of actions (e.g. `other.actions`) on a tree."""
+    try:
+        actions = list(actions)
+    except TypeError:
+        raise ScheduleError(f"a schedule is a list of actions, got {actions!r}") from None
     for a in actions:
-        kind, args = (a.kind, a.args) if isinstance(a, Action) else (a[0], tuple(a[1]))
-        fn = PRIMITIVES.get(kind)
+        if isinstance(a, Action):
+            kind, args = a.kind, a.args
+        elif isinstance(a, (list, tuple)) and len(a) == 2 and isinstance(a[1], (list, tuple)):
+            kind, args = a[0], tuple(a[1])
+        else:
+            raise ScheduleError(f"malformed schedule action {a!r}: expected [kind, [arguments]]")
+        fn = PRIMITIVES.get(kind) if isinstance(kind, str) else None
         if fn is None:
             raise ScheduleError(f"unknown schedule action {kind!r}")
-        tree = fn(tree, *args)
+        try:
+            inspect.signature(fn).bind(tree, *args)
+        except TypeError:
+            raise ScheduleError(f"{kind}: wrong arguments {args!r}") from None
+        try:
+            tree = fn(tree, *args)
+        except (TypeError, ValueError, IndexError, KeyError) as e:
+            if isinstance(e, LoopstackError):
+                raise
+            raise ScheduleError(f"{kind}{args!r}: malformed arguments ({e})") from None
     return tree
 
 

@@ -120,15 +120,19 @@ def _strip_copies(g):
 
 
 def default_target():
-    """"x86" when the x86 backend imports and supports this CPU, else "interp"."""
+    """"x86" when this host runs the x86 backend's code, "native" on another architecture whose
+    code this host runs (AArch64 NEON), else "interp"."""
     global _default_target
     if _default_target is None:
         try:
-            import loopstack.backend.x86.compile  # noqa: F401
-            from ..isa import cpu
+            from ..backend.native import host_arch, runs_here
+            from ..isa.target import host_target
 
-            _default_target = "x86" if getattr(cpu, "supported", lambda: True)() else "interp"
-        except (ImportError, UnsupportedError, AttributeError):
+            if not runs_here(host_target()):
+                _default_target = "interp"
+            else:
+                _default_target = "x86" if host_arch() == "x86_64" else "native"
+        except (ImportError, UnsupportedError):
             _default_target = "interp"
     return _default_target
 
@@ -139,10 +143,10 @@ def compile_tree(tree: LoopTree, target=None):
     tgt = default_target() if target is None else target
     key = (tree.key(), tgt)
     hit = _CACHE.get(key)
-    if hit is not None:
+    if hit is not None and not getattr(hit, "closed", False):
         return hit
     ir = tree.lower()
-    kernel = backend.compile(ir, target=None if tgt == "x86" else tgt)
+    kernel = backend.compile(ir, target=None if tgt in ("x86", "native") else tgt)
     if len(_CACHE) >= _CACHE_LIMIT:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[key] = kernel
@@ -152,6 +156,7 @@ def compile_tree(tree: LoopTree, target=None):
 def compiled(t, target=None):
     c = getattr(t, "_compiled", None)
     if (c is not None and c[1] == target and c[4] == _generation and t._cache is not None
+            and not getattr(c[0], "closed", False)
             and t._cache.node is t._node):
         return c[0], c[2], c[3]
     prog = program(t)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ..errors import ScheduleError
+from ..errors import LoopstackError, ScheduleError
 from .graph import GNode, Graph
 from .mutate import Action
 from .tree import LoopTree, NodeSchedule
@@ -33,7 +33,7 @@ def serialize(tree: LoopTree) -> str:
 def deserialize(text: str) -> LoopTree:
     try:
         doc = json.loads(text)
-        if doc.get("loopstack_tree") != VERSION:
+        if not isinstance(doc, dict) or doc.get("loopstack_tree") != VERSION:
             raise ScheduleError(f"deserialize: not a loopstack tree of version {VERSION}")
         nodes = tuple(GNode(id=n["id"], op=n["op"], fn=n["fn"], inputs=tuple(n["inputs"]),
                             vars=tuple(n["vars"]), dtype=n["dtype"],
@@ -47,8 +47,12 @@ def deserialize(text: str) -> LoopTree:
                                                tuple(tuple(a) for a in s["annotations"])))
                       for s in doc["schedule"])
         actions = tuple(Action(k, tuple(a)) for k, a in doc["actions"])
-    except (KeyError, TypeError, ValueError) as e:
-        if isinstance(e, ScheduleError):
+        ids = {n.id for n in nodes}
+        for n in nodes:
+            if any(i not in ids for i in n.inputs):
+                raise ScheduleError(f"deserialize: node {n.id} reads a node that does not exist ({list(n.inputs)})")
+        return LoopTree(graph, sched, actions)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, StopIteration) as e:
+        if isinstance(e, LoopstackError):
             raise
-        raise ScheduleError(f"deserialize: malformed loop tree text ({e})") from None
-    return LoopTree(graph, sched, actions)
+        raise ScheduleError(f"deserialize: malformed loop tree text ({type(e).__name__}: {e})") from None

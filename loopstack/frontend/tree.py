@@ -78,7 +78,9 @@ def check_order(graph: Graph, node, order) -> None:
     dom = graph.domain(node)
     ext = extents(order)
     for v, s, t in order:
-        if v not in dom:
+        # a loop over a dimension the node does not need repeats it (add_loop(node, loop)):
+        # harmless for a value computed again, wrong for a reduction adding its terms again
+        if v not in dom and (node.op == "reduce" or v not in graph.vars):
             raise ScheduleError(f"%{node.id}: loop over {v}, which is not one of its dimensions "
                                 f"[{', '.join(dom)}]")
         if s < 1 or t < 0:
@@ -87,6 +89,28 @@ def check_order(graph: Graph, node, order) -> None:
         if ext.get(v) != graph.size(v):
             raise ScheduleError(f"%{node.id}: the loops over {v} cover {ext.get(v, 0)} elements, "
                                 f"but {v} has {graph.size(v)}")
+
+
+def check_annotations(tree, action=None) -> None:
+    """A tree whose loops carry `vectorize` or `parallel` is compiled right away by the backend
+    that honours them (the kernel is cached for the compile that follows): a mutation that
+    leaves an annotation the code generator cannot keep is refused here, naming why, instead of
+    failing later when the tree is compiled."""
+    if not any(a in ("vectorize", "parallel") for _, ns in tree.schedule for _, a in ns.annotations):
+        return
+    from ..errors import LoopstackError
+    from .run import compile_tree, default_target
+
+    if default_target() == "interp":     # the interpreter ignores annotations
+        return
+    try:
+        compile_tree(tree)
+    except ScheduleError as e:
+        what = "schedule" if action is None else action.kind + "".join(
+            f" L{a}" if isinstance(a, int) else f" {a!r}" for a in action.args)
+        raise ScheduleError(f"{what}: refused, the annotated loops would not compile: {e}") from None
+    except LoopstackError:
+        pass    # not the schedule's doing (an integer program has no x86 code); compile says so
 
 
 @dataclass
@@ -346,7 +370,9 @@ class LoopTree:
         s = sched if sched is not None else self._sched
         acts = self.actions + ((action,) if action is not None else ())
         deps = (self._deps, self._shifted) if g is self.graph else None
-        return LoopTree(g, tuple(s.items()), acts, deps)
+        tree = LoopTree(g, tuple(s.items()), acts, deps)
+        check_annotations(tree, action)
+        return tree
 
     def replace_node_schedule(self, node_id: int, **kw) -> dict:
         s = dict(self._sched)

@@ -42,6 +42,10 @@ def _window(sz: Sizes, v, expr, origin: str) -> bool:
     terms, const = expr.resolve(sz.get)
     if len(terms) == 1 and const == 0 and list(terms.values())[0] == 1:   # a renaming
         (u,) = terms
+        if sz.get(u) is not None and sz.get(v) is not None and sz.get(u) != sz.get(v):
+            named, other = (u, v) if v.name.startswith("_") else (v, u)   # name the user's symbol
+            raise ShapeError(f"size of {named.name} is {sz.get(named)} ({sz.origin[named]}) but "
+                             f"{sz.get(other)} ({sz.origin[other]}, {origin}): unsatisfiable sizes")
         if sz.get(u) is not None:
             return sz.set(v, sz.get(u), origin)
         if sz.get(v) is not None:
@@ -115,4 +119,16 @@ def unify(nodes) -> Sizes:
             if sz.get(s) is None:
                 raise ShapeError(f"cannot infer the size of {s.name}: bind data, declare it "
                                  f"(lt.Tensor(...)) or use it where its size is known")
+    for n in nodes:
+        if n.op == "read" or n is nodes[-1]:      # the buffers a caller hands over
+            count = 1
+            for s in n.vars:
+                count *= sz.get(s)
+            if count > MAX_ELEMENTS:
+                raise ShapeError(f"{n.describe()} of shape {tuple(sz.get(s) for s in n.vars)} has "
+                                 f"2**{count.bit_length() - 1} elements or more, more than the 2**40 "
+                                 "a tensor may hold")
     return sz
+
+
+MAX_ELEMENTS = 2 ** 40     # far beyond memory, well inside the 64-bit offsets the code computes

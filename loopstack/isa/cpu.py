@@ -1,5 +1,10 @@
 """What this CPU can do: instruction-set features, brand string, cache sizes.
 
+On AArch64 Linux the features are the kernel's HWCAP bits, read with `getauxval(AT_HWCAP)`
+(not /proc/cpuinfo, which under user-mode emulation describes the host): `asimdhp` for fp16
+arithmetic (fmla .8h), `asimddp` for sdot/udot. On macOS arm64 they come from
+`sysctlbyname("hw.optional.arm.FEAT_FP16" / "FEAT_DotProd")`.
+
 On x86-64 the features come from CPUID and XGETBV, run through our own JIT (two tiny
 hand-encoded functions made executable by `execmem`), so detection works on any OS and
 needs no C compiler. `/proc/cpuinfo` is read only to cross-check (`proc_cpuinfo_features`).
@@ -17,8 +22,8 @@ import platform
 import struct
 
 __all__ = [
-    "KNOWN_FEATURES", "cache_sizes", "cpu_brand", "cpu_features", "cpuid", "is_x86_64",
-    "proc_cpuinfo_features", "xgetbv",
+    "KNOWN_FEATURES", "cache_sizes", "cpu_brand", "cpu_features", "cpuid", "darwin_arm64_features",
+    "hwcap_features", "is_aarch64", "is_x86_64", "proc_cpuinfo_features", "xgetbv",
 ]
 
 # -- the two JIT'd helpers ----------------------------------------------------------------------
@@ -69,7 +74,22 @@ _FEATURE_BITS = (
     ("avx_vnni",     7, 1, "eax", 4),
     ("avx512_bf16",  7, 1, "eax", 5),
 )
-KNOWN_FEATURES = frozenset(f[0] for f in _FEATURE_BITS)
+# AArch64 Linux: (name, bit) of AT_HWCAP and AT_HWCAP2 (arch/arm64/include/uapi/asm/hwcap.h);
+# names as /proc/cpuinfo prints them. The crypto bits are left out: "aes" is also an x86 flag,
+# and KNOWN_FEATURES names one feature per name.
+AT_HWCAP, AT_HWCAP2 = 16, 26
+_HWCAP_BITS = (
+    ("fp", 0), ("asimd", 1), ("crc32", 7), ("atomics", 8), ("fphp", 9), ("asimdhp", 10), ("asimdrdm", 12), ("fcma", 14), ("asimddp", 20),
+    ("sve", 22),
+)
+_HWCAP2_BITS = (("i8mm", 13), ("bf16", 14))
+# macOS arm64: sysctl hw.optional.arm.<name> -> the Linux names it stands for
+_DARWIN_SYSCTLS = (
+    ("FEAT_FP16", ("fphp", "asimdhp")), ("FEAT_DotProd", ("asimddp",)), ("FEAT_I8MM", ("i8mm",)),
+    ("FEAT_BF16", ("bf16",)),
+)
+KNOWN_FEATURES = frozenset(f[0] for f in _FEATURE_BITS) | frozenset(
+    f[0] for f in _HWCAP_BITS + _HWCAP2_BITS)
 
 # Which OS-saved state each feature needs (XCR0 bits); AMX also needs XTILECFG/XTILEDATA (bits 17, 18).
 _AVX_FAMILY = {"avx", "avx2", "fma", "f16c", "avx_vnni"}
@@ -79,6 +99,36 @@ _REG_INDEX = {"eax": 0, "ebx": 1, "ecx": 2, "edx": 3}
 
 def is_x86_64() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def is_aarch64() -> bool:
+    return platform.machine().lower() in ("aarch64", "arm64")
+
+
+def hwcap_features(hwcap: int, hwcap2: int = 0) -> frozenset[str]:
+    """Feature names of AArch64 Linux's AT_HWCAP / AT_HWCAP2 bit masks."""
+    return frozenset([name for name, bit in _HWCAP_BITS if (hwcap >> bit) & 1]
+                     + [name for name, bit in _HWCAP2_BITS if (hwcap2 >> bit) & 1])
+
+
+def darwin_arm64_features(lib, ffi) -> frozenset[str]:
+    """Feature names on macOS arm64 from sysctlbyname (every Apple core has fp and asimd)."""
+    found = {"fp", "asimd"}
+    for sysctl, names in _DARWIN_SYSCTLS:
+        value = ffi.new("int *")
+        size = ffi.new("size_t *", ffi.sizeof("int"))
+        if lib.sysctlbyname(f"hw.optional.arm.{sysctl}".encode(), value, size, ffi.NULL, 0) == 0 and value[0]:
+            found.update(names)
+    return frozenset(found)
+
+
+def _aarch64_features() -> frozenset[str]:
+    from .execmem import _lib, ffi
+    import sys
+    if sys.platform == "darwin":
+        return darwin_arm64_features(_lib(), ffi)
+    lib = _lib()
+    return hwcap_features(lib.getauxval(AT_HWCAP), lib.getauxval(AT_HWCAP2))
 
 
 @functools.lru_cache(maxsize=None)
@@ -106,7 +156,10 @@ def xgetbv() -> int:
 
 @functools.lru_cache(maxsize=None)
 def cpu_features() -> frozenset[str]:
-    """Instruction-set features this CPU has and this OS enables; empty on non-x86 machines."""
+    """Instruction-set features this CPU has and this OS enables (x86-64: CPUID + XGETBV;
+    AArch64: HWCAP); empty on other machines."""
+    if is_aarch64():
+        return _aarch64_features()
     if not is_x86_64():
         return frozenset()
     max_leaf = cpuid(0)[0]

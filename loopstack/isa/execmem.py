@@ -2,9 +2,20 @@
 
 The life of a code buffer (W^X: a page is writable or executable, never both):
 
-    mmap(RW, anonymous) --> copy the code, pad the page with INT3 --> mprotect(RX) --> call
+    mmap(RW, anonymous) --> copy the code, pad the page with traps --> mprotect(RX) --> call
                                                                             |
                           munmap  <--  close() or garbage collection  <-----+
+
+The trap is INT3 on x86-64 and `brk #0` on AArch64. AArch64 does not keep the instruction
+cache coherent with data stores, so there the written range is also cleaned to the point of
+unification and invalidated before the first call: libgcc's `__clear_cache`, or, where libgcc
+is missing, a JIT'd `dc cvau / dsb ish / ic ivau / dsb ish / isb` loop (`icache_flush_code`).
+
+macOS on arm64 forbids RW -> RX flips of anonymous memory: code pages are mapped once RWX with
+MAP_JIT and each thread toggles them between writable and executable with
+`pthread_jit_write_protect_np`, then `sys_icache_invalidate` flushes. That path
+(`_DarwinJitMapper`) is written from Apple's documentation and unit-tested for its call
+sequence with a fake libc; no Mac is at hand to run it.
 
 libc's mmap / mprotect / munmap are called through cffi in ABI mode (`ffi.dlopen(None)`),
 so no C compiler is involved. A call through a cffi function pointer releases the GIL,
@@ -47,6 +58,11 @@ ffi.cdef("""
     void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
     int mprotect(void *addr, size_t len, int prot);
     int munmap(void *addr, size_t length);
+    void __clear_cache(void *begin, void *end);              /* libgcc, AArch64 */
+    void pthread_jit_write_protect_np(int enabled);          /* macOS arm64 */
+    void sys_icache_invalidate(void *start, size_t len);     /* macOS */
+    unsigned long getauxval(unsigned long type);             /* Linux: AT_HWCAP feature bits */
+    int sysctlbyname(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
 """)
 
 KERNEL_CDECL = "void(*)(void **, int64_t, int64_t)"
@@ -59,11 +75,23 @@ MAP_ANONYMOUS = 0x20 if sys.platform.startswith("linux") else 0x1000
 MAP_FAILED = 2**64 - 1 if sys.maxsize > 2**32 else 2**32 - 1
 
 INT3 = 0xCC                     # x86 breakpoint: stray execution into the padding traps at once
+BRK0 = bytes.fromhex("000020d4")  # AArch64 `brk #0`, little-endian
 BATCH_ALIGN = 64                # one cache line per kernel start inside a batch
+MAP_JIT = 0x800                 # macOS: a mapping whose pages a thread may flip between W and X
 
-_IS_X86 = platform.machine().lower() in ("x86_64", "amd64")
+_MACHINE = platform.machine().lower()
+_IS_X86 = _MACHINE in ("x86_64", "amd64")
+_IS_ARM64 = _MACHINE in ("aarch64", "arm64")
+_IS_DARWIN = sys.platform == "darwin"
 _libc = None
 _clear_cache = None
+
+
+def _trap_fill(n: int) -> bytes:
+    """n bytes of padding that trap if executed: INT3s, or brk #0 words on AArch64."""
+    if _IS_ARM64:
+        return (BRK0 * (n // 4 + 1))[:n]
+    return bytes([INT3]) * n
 
 
 def _lib():
@@ -79,23 +107,109 @@ def _flush_icache(address: int, size: int) -> None:
 
     x86 does (SDM vol. 3, 11.6 "self-modifying code"), so there this is a no-op.
     """
-    global _clear_cache
-    if _IS_X86:
+    if _IS_X86 or size <= 0:
         return
+    _icache_flusher()(ffi.cast("void *", address), ffi.cast("void *", address + size))
+
+
+def _icache_flusher():
+    """`void flush(void *begin, void *end)`: libgcc's __clear_cache, else our JIT'd loop."""
+    global _clear_cache
     if _clear_cache is None:
-        gcc = cffi.FFI()
-        gcc.cdef("void __clear_cache(void *begin, void *end);")
         try:
-            _clear_cache = (gcc, gcc.dlopen("libgcc_s.so.1"))
-        except OSError as exc:
-            raise UnsupportedError(
-                "cannot flush the instruction cache on this machine: libgcc_s.so.1 not found") from exc
-    gcc, lib = _clear_cache
-    lib.__clear_cache(gcc.cast("void *", address), gcc.cast("void *", address + size))
+            gcc = ffi.dlopen("libgcc_s.so.1")
+            _clear_cache = (gcc, gcc.__clear_cache)
+        except (OSError, AttributeError):
+            # A page mapped executable for the first time has its instruction cache synchronised
+            # by the kernel (Linux arm64 __sync_icache_dcache when the exec pte is set), so the
+            # flush loop itself is mapped without a flush (the no-op placeholder below).
+            _clear_cache = (None, lambda begin, end: None)
+            try:
+                stub = ExecutableCode(icache_flush_code(), "void(*)(void *, void *)")
+            except BaseException:
+                _clear_cache = None
+                raise
+            _clear_cache = (stub, stub.func)
+    return _clear_cache[1]
+
+
+def icache_flush_code() -> bytes:
+    """AArch64 `void flush(void *begin, void *end)`: clean D-cache lines to the point of
+    unification, then invalidate I-cache lines, over [begin, end) (Arm ARM D7.5.9.2)."""
+    from .aarch64.assembler import Assembler
+    from .aarch64.operands import X
+    asm = Assembler()
+    asm.mrs(X(3), "ctr_el0")
+    asm.movz(X(5), 4)
+    for line, shift in ((X(4), 16), (X(6), 0)):       # DminLine at 19:16, IminLine at 3:0 (log2 words)
+        asm.lsl(line, X(3), 60 - shift)
+        asm.lsr(line, line, 60)
+        asm.lsl(line, X(5), line)                     # line bytes = 4 << log2 words
+    for line, op, operation in ((X(4), "dc", "cvau"), (X(6), "ic", "ivau")):
+        asm.neg(X(8), line)                           # -line = ~(line - 1): the alignment mask
+        asm.emit("and", X(7), X(0), X(8))
+        top = asm.label()
+        asm.bind(top)
+        asm.emit(op, operation, X(7))
+        asm.add(X(7), X(7), line)
+        asm.cmp(X(7), X(1))
+        asm.emit("b.lo", top)
+        asm.dsb("ish")
+    asm.isb()
+    asm.ret()
+    return asm.bytes()
 
 
 def _round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
+
+
+def _mmap(lib, size: int, prot: int, flags: int):
+    ptr = lib.mmap(ffi.NULL, size, prot, flags, -1, 0)
+    if int(ffi.cast("uintptr_t", ptr)) == MAP_FAILED:
+        raise LoopstackError(f"mmap of {size} bytes for code failed (errno {ffi.errno})")
+    return ptr
+
+
+def _fill(ptr, size: int, image: bytes) -> None:
+    buf = ffi.buffer(ptr, size)
+    buf[0:len(image)] = image
+    if len(image) < size:       # traps up to the end of the page
+        buf[len(image):size] = _trap_fill(size - len(image))
+
+
+def map_rw_then_rx(lib, image: bytes) -> tuple[int, int]:
+    """Linux and the BSDs: mmap RW, write, mprotect RX, flush the written range. (address, size)."""
+    size = _round_up(max(len(image), 1), PAGE_SIZE)
+    ptr = _mmap(lib, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS)
+    try:
+        _fill(ptr, size, image)
+        # W -> X: from here on the pages are read + execute only
+        if lib.mprotect(ptr, size, PROT_READ | PROT_EXEC) != 0:
+            raise LoopstackError(f"mprotect(PROT_READ|PROT_EXEC) failed (errno {ffi.errno})")
+        _flush_icache(int(ffi.cast("uintptr_t", ptr)), len(image))
+    except BaseException:
+        lib.munmap(ptr, size)
+        raise
+    return int(ffi.cast("uintptr_t", ptr)), size
+
+
+def map_darwin_jit(lib, image: bytes) -> tuple[int, int]:
+    """macOS arm64: a MAP_JIT mapping, writable for this thread only between the two
+    pthread_jit_write_protect_np calls, then sys_icache_invalidate over the written range."""
+    size = _round_up(max(len(image), 1), PAGE_SIZE)
+    ptr = _mmap(lib, size, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_JIT)
+    try:
+        lib.pthread_jit_write_protect_np(0)       # this thread: the JIT pages writable, not executable
+        try:
+            _fill(ptr, size, image)
+        finally:
+            lib.pthread_jit_write_protect_np(1)   # back to executable, whatever happened
+        lib.sys_icache_invalidate(ptr, len(image))
+    except BaseException:
+        lib.munmap(ptr, size)
+        raise
+    return int(ffi.cast("uintptr_t", ptr)), size
 
 
 class _Mapping:
@@ -104,26 +218,8 @@ class _Mapping:
     __slots__ = ("address", "size", "_users", "_lock")
 
     def __init__(self, image: bytes):
-        size = _round_up(max(len(image), 1), PAGE_SIZE)
-        lib = _lib()
-        ptr = lib.mmap(ffi.NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-        address = int(ffi.cast("uintptr_t", ptr))
-        if address == MAP_FAILED:
-            raise LoopstackError(f"mmap of {size} bytes for code failed (errno {ffi.errno})")
-        try:
-            buf = ffi.buffer(ptr, size)
-            buf[0:len(image)] = image
-            if len(image) < size:   # INT3 up to the end of the page
-                buf[len(image):size] = bytes([INT3]) * (size - len(image))
-            # W -> X: from here on the pages are read + execute only
-            if lib.mprotect(ptr, size, PROT_READ | PROT_EXEC) != 0:
-                raise LoopstackError(f"mprotect(PROT_READ|PROT_EXEC) failed (errno {ffi.errno})")
-            _flush_icache(address, size)
-        except BaseException:
-            lib.munmap(ptr, size)
-            raise
-        self.address = address
-        self.size = size
+        mapper = map_darwin_jit if (_IS_DARWIN and _IS_ARM64) else map_rw_then_rx
+        self.address, self.size = mapper(_lib(), image)
         self._users = 0
         self._lock = threading.Lock()
 
@@ -188,7 +284,7 @@ class ExecutableCode:
     def batch(cls, codes, cdecl: str = KERNEL_CDECL) -> list["ExecutableCode"]:
         """Make many kernels executable with one mmap + one mprotect; they share the mapping.
 
-        Each kernel starts on a 64-byte boundary; the gaps are INT3. Closing one kernel
+        Each kernel starts on a 64-byte boundary; the gaps are traps. Closing one kernel
         makes only that one uncallable; the mapping goes when all of them are closed or collected.
         """
         codes = [bytes(c) for c in codes]
@@ -201,7 +297,7 @@ class ExecutableCode:
         offsets = []
         for c in codes:
             pad = _round_up(len(image), BATCH_ALIGN) - len(image)
-            image += bytes([INT3]) * pad
+            image += _trap_fill(pad)
             offsets.append(len(image))
             image += c
         mapping = _Mapping(bytes(image))
@@ -226,7 +322,7 @@ class ExecutableCode:
 
     @property
     def size(self) -> int:
-        """Length of the code in bytes (without the INT3 padding)."""
+        """Length of the code in bytes (without the trap padding)."""
         return len(self._code)
 
     @property

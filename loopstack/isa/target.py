@@ -5,9 +5,19 @@ measured FMA peak of a target live here; the backend, the tuner's cost models an
 all read them from a `Target` and from nowhere else.
 
     get_target("avx512")   -> Target, or UnsupportedError naming what this CPU lacks
-    host_target()          -> the widest target this CPU runs (avx512, else avx2)
-    peak_gflops(target)    -> single-core fp32 FMA peak, measured by a JIT'd probe (once)
+    get_target("neon_fp16", cpu="apple-m1")   -> an AArch64 target with a CPU model's pipes and caches
+    host_target()          -> the widest target this CPU runs (avx512, else avx2; neon on AArch64)
+    peak_gflops(target)    -> single-core FMA peak (fp32; fp16 for neon_fp16), measured by a JIT'd probe
     measure_peak(target)   -> the same, measured afresh
+
+A target of another architecture than the host's (neon on x86-64) is returned without a feature
+check: emitting its code anywhere is cross-compilation. Running it is the code generator's
+business, which raises UnsupportedError on the wrong host.
+
+AArch64 targets: `neon` computes fp32 in 4 lanes of the 32 128-bit registers; `neon_fp16` adds
+fp16 arithmetic (fmla .8h, 8 lanes; FEAT_FP16, Linux HWCAP `asimdhp`). CPU presets (CPU_PRESETS)
+give FMA pipes, the latency of dependent accumulations, caches and clock: `apple-m1` (Firestorm
+core) and `cortex-a57`; their names are also llvm-mca's -mcpu names.
 """
 from __future__ import annotations
 
@@ -27,8 +37,8 @@ __all__ = ["TARGETS", "Target", "fma_probe_code", "get_target", "host_target", "
 
 @dataclass(frozen=True)
 class Target:
-    name: str                   # "avx2", "avx512" (later "neon", "neon_fp16")
-    arch: str                   # "x86_64"
+    name: str                   # "avx2", "avx512", "neon", "neon_fp16"
+    arch: str                   # "x86_64", "aarch64"
     vector_bits: int            # 256 / 512
     vector_registers: int       # architectural vector registers: 16 ymm / 32 zmm
     has_masks: bool             # AVX-512 opmask registers k1-k7
@@ -43,10 +53,14 @@ class Target:
     dtlb_miss_cycles: int = 7   # a first-level miss served by the second-level TLB
     stlb_entries: int = 2048    # second-level TLB
     stlb_miss_cycles: int = 30  # a page walk (its page-table entries cached)
+    compute_dtype: str = "float32"  # what the vector arithmetic computes in (neon_fp16: float16)
+    cpu: str = ""               # CPU preset (an llvm-mca -mcpu name) or "" for the host / a generic core
+    clock_ghz: float = 0.0      # the preset's clock, for predicted GFLOPS (0: unknown)
 
-    def lanes(self, dtype="float32") -> int:
-        """Elements of `dtype` in one vector register: 8 float32 in a ymm, 16 in a zmm."""
-        return self.vector_bits // 8 // dtypes.dtype(dtype).itemsize
+    def lanes(self, dtype=None) -> int:
+        """Elements of `dtype` (default: the compute dtype) in one vector register: 8 float32
+        in a ymm, 16 in a zmm, 8 float16 in a neon_fp16 q register."""
+        return self.vector_bits // 8 // dtypes.dtype(dtype or self.compute_dtype).itemsize
 
     @property
     def accumulators(self) -> int:
@@ -95,7 +109,9 @@ class Target:
             ("TLB entries (miss cycles)", f"{self.dtlb_entries} ({self.dtlb_miss_cycles}) / "
                                           f"{self.stlb_entries} ({self.stlb_miss_cycles})"),
             ("unroll limit", str(self.unroll_limit)),
-        ]
+        ] + ([("compute dtype", self.compute_dtype)] if self.compute_dtype != "float32" else []) + (
+            [("cpu model", f"{self.cpu}" + (f" at {self.clock_ghz} GHz" if self.clock_ghz else ""))]
+            if self.cpu else [])
 
 
 # Host-independent descriptions; get_target() / host_target() return them with this machine's caches.
@@ -105,11 +121,59 @@ TARGETS: dict[str, Target] = {
     "avx512": Target(name="avx512", arch="x86_64", vector_bits=512, vector_registers=32, has_masks=True,
                      required=frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
                      l2=2 * 1024 * 1024),
+    # AArch64 AdvSIMD, Apple M1 (Firestorm) preset: 4 FMA pipes of 4 cycles, 128 KiB L1d, 12 MiB L2
+    "neon": Target(name="neon", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
+                   required=frozenset({"asimd"}), fma_units=4, fma_latency=4, l1d=128 * 1024,
+                   l2=12 * 1024 * 1024, l3=8 * 1024 * 1024),
+    "neon_fp16": Target(name="neon_fp16", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
+                        required=frozenset({"asimd", "asimdhp"}), fma_units=4, fma_latency=4, l1d=128 * 1024,
+                        l2=12 * 1024 * 1024, l3=8 * 1024 * 1024, compute_dtype="float16"),
 }
+# (an AArch64 target cross-compiled without a `cpu` keeps these Apple M1 figures; on an aarch64
+# host the host's caches replace them; CPU_PRESETS below name a core explicitly)
+
+KiB, MiB = 1024, 1024 * 1024
+# CPU presets: the features the core has, and the fields they set on a target of its architecture.
+# fma_latency is the latency of dependent accumulations (accumulator forwarding), as llvm-mca's
+# model of the core predicts it; fma_units counts 128-bit FMLA issued per cycle.
+CPU_PRESETS: dict[str, tuple[str, frozenset[str], dict]] = {
+    # Firestorm (M1 performance core): four 128-bit FP pipes, FMLA latency 4; 128 KiB L1d,
+    # 12 MiB L2 shared by the cluster, 8 MiB system-level cache behind it
+    "apple-m1": ("aarch64", frozenset({"fp", "asimd", "fphp", "asimdhp", "asimddp"}),
+                 dict(fma_units=4, fma_latency=4, l1d=128 * KiB, l2=12 * MiB, l3=8 * MiB, clock_ghz=3.2,
+                      dtlb_entries=160, stlb_entries=3072)),
+    # Cortex-A57: one 128-bit FMLA per cycle (two 64-bit FP pipes), no fp16 arithmetic;
+    # 32 KiB L1d, 2 MiB shared L2, no L3
+    "cortex-a57": ("aarch64", frozenset({"fp", "asimd"}),
+                   dict(fma_units=1, fma_latency=4, l1d=32 * KiB, l2=2 * MiB, l3=2 * MiB, clock_ghz=1.9,
+                        dtlb_entries=32, stlb_entries=1024)),
+}
+
+
+def host_arch() -> str:
+    """'x86_64', 'aarch64', or the machine name of anything else."""
+    if cpu.is_x86_64():
+        return "x86_64"
+    if cpu.is_aarch64():
+        return "aarch64"
+    import platform
+    return platform.machine().lower()
 
 
 def _with_host_caches(t: Target) -> Target:
     return dataclasses.replace(t, **cpu.cache_sizes())
+
+
+def _with_preset(t: Target, name: str) -> Target:
+    if name not in CPU_PRESETS:
+        raise UnsupportedError(f"unknown cpu {name!r}; known: {', '.join(CPU_PRESETS)}")
+    arch, features, fields = CPU_PRESETS[name]
+    if arch != t.arch:
+        raise UnsupportedError(f"cpu {name} is an {arch} core; target {t.name} is {t.arch}")
+    missing = sorted(t.required - features)
+    if missing:
+        raise UnsupportedError(f"{name} lacks {', '.join(missing)} (needed by target {t.name})")
+    return dataclasses.replace(t, cpu=name, **fields)
 
 
 def _check(t: Target, features: frozenset[str]) -> None:
@@ -118,33 +182,48 @@ def _check(t: Target, features: frozenset[str]) -> None:
         raise UnsupportedError(f"this CPU lacks {', '.join(missing)} (needed by target {t.name})")
 
 
-def get_target(target: str | Target | None = None, *, check: bool = True) -> Target:
+def get_target(target: str | Target | None = None, *, check: bool = True, cpu: str | None = None) -> Target:
     """The Target named `target` (None: the host target), checked against this CPU.
 
     Raises UnsupportedError naming the missing features before any code runs. With
-    check=False the description is returned anyway, for emitting code that will not run here.
+    check=False the description is returned anyway, for emitting code that will not run here;
+    a target of another architecture is never checked (cross-compilation). `cpu` names a
+    preset of CPU_PRESETS, whose pipes, caches and clock replace the host's.
     """
-    if target is None:
+    if target is None and cpu is None:
         return host_target()
     if isinstance(target, Target):
         t = target
     else:
+        name = host_target().name if target is None else target
         try:
-            t = _with_host_caches(TARGETS[target])
+            base = TARGETS[name]
         except KeyError:
-            raise UnsupportedError(f"unknown target {target!r}; known: {', '.join(TARGETS)}") from None
-    if check:
-        _check(t, cpu.cpu_features())
+            raise UnsupportedError(f"unknown target {name!r}; known: {', '.join(TARGETS)}") from None
+        t = base if cpu is not None or base.arch != host_arch() else _with_host_caches(base)
+    if cpu is not None:
+        t = _with_preset(t, cpu)
+    if check and t.arch == host_arch():
+        _check(t, _cpu_features())
     return t
 
 
+def _cpu_features() -> frozenset[str]:
+    return cpu.cpu_features()
+
+
 def host_target() -> Target:
-    """The widest target this CPU runs: avx512 with F+BW+VL+DQ, else avx2 (which needs FMA)."""
-    return _host_target_for(cpu.cpu_features())
+    """The widest target this CPU runs: avx512 with F+BW+VL+DQ, else avx2 (which needs FMA);
+    on AArch64 neon, fp32 arithmetic, which float32 programs compute in (neon_fp16 computes in
+    float16: asked for by name, and checked for asimdhp)."""
+    return _host_target_for(cpu.cpu_features(), host_arch())
 
 
 @functools.lru_cache(maxsize=8)
-def _host_target_for(features: frozenset[str]) -> Target:
+def _host_target_for(features: frozenset[str], arch: str = "x86_64") -> Target:
+    if arch == "aarch64":
+        _check(TARGETS["neon"], features)
+        return _with_host_caches(TARGETS["neon"])
     if TARGETS["avx512"].required <= features:
         return _with_host_caches(TARGETS["avx512"])
     _check(TARGETS["avx2"], features)
@@ -158,9 +237,10 @@ _CHAINS = 12        # independent accumulators: > fma_units x fma_latency on eve
 
 
 def peak_gflops(target: Target | str | None = None, seconds: float = 0.05) -> float:
-    """Single-core fp32 FMA peak in GFLOPS, measured once per target per process.
+    """Single-core FMA peak in GFLOPS (fp32; fp16 for neon_fp16), measured once per target per process.
 
-    A JIT'd loop of 12 independent `vfmadd231ps` chains (ymm for avx2, zmm for avx512) runs
+    A JIT'd loop of 12 independent `vfmadd231ps` chains (ymm for avx2, zmm for avx512; 24
+    `fmla` chains on AArch64) runs
     for about `seconds` in several rounds; the best round counts (a shared machine only
     ever makes a round slower).
     """
@@ -175,9 +255,15 @@ def measure_peak(target: Target | str | None = None, seconds: float = 0.05) -> f
     """peak_gflops measured afresh (a benchmark interleaves it with the kernels it rates, so
     that a slow phase of a shared machine slows both sides of the ratio alike)."""
     t = get_target(target)
+    if t.arch != host_arch():
+        raise UnsupportedError(f"cannot measure the peak of target {t.name} ({t.arch}) on this {host_arch()} host")
     from .execmem import ExecutableCode
-    probe = ExecutableCode(fma_probe_code(t.vector_bits), "void(*)(int64_t)")
-    flops_per_iter = _CHAINS * 2 * t.lanes("float32")
+    if t.arch == "aarch64":
+        code, chains = neon_fma_probe_code(fp16=t.compute_dtype == "float16"), _NEON_CHAINS
+    else:
+        code, chains = fma_probe_code(t.vector_bits), _CHAINS
+    probe = ExecutableCode(code, "void(*)(int64_t)")
+    flops_per_iter = chains * 2 * t.lanes(t.compute_dtype)
     try:
         # calibrate: grow the count until one call takes >= 1 ms
         iters = 1000
@@ -198,6 +284,36 @@ def measure_peak(target: Target | str | None = None, seconds: float = 0.05) -> f
     finally:
         probe.close()
     return flops_per_iter * iters / best / 1e9
+
+
+_NEON_CHAINS = 24    # > 4 pipes x 4 cycles (Apple M1), the most of any AArch64 preset
+
+
+def neon_fma_probe_code(fp16: bool = False) -> bytes:
+    """AArch64 `void probe(int64_t n)`: n iterations of 24 independent fmla chains (.4s, or
+    .8h with fp16), v0-v23 from v30 x v31; v8-v15 are callee-saved, so their low halves are kept."""
+    from .aarch64.assembler import Assembler
+    from .aarch64.operands import SP, Mem, V, X
+    asm = Assembler()
+    asm.stp(V(8).d, V(9).d, Mem.pre(SP, -64))
+    for i, off in ((10, 16), (12, 32), (14, 48)):
+        asm.stp(V(i).d, V(i + 1).d, Mem(SP, off))
+    for i in list(range(_NEON_CHAINS)) + [30, 31]:
+        asm.movi(V(i).d2, 0)           # no NaN or denormal inputs
+    top = asm.label("loop")
+    asm.bind(top)
+    for i in range(_NEON_CHAINS):
+        if fp16:
+            asm.fmla(V(i).h8, V(30).h8, V(31).h8)
+        else:
+            asm.fmla(V(i).s4, V(30).s4, V(31).s4)
+    asm.subs(X(0), X(0), 1)
+    asm.b_ne(top)
+    for i, off in ((14, 48), (12, 32), (10, 16)):
+        asm.ldp(V(i).d, V(i + 1).d, Mem(SP, off))
+    asm.ldp(V(8).d, V(9).d, Mem.post(SP, 64))
+    asm.ret()
+    return asm.bytes()
 
 
 def fma_probe_code(vector_bits: int) -> bytes:

@@ -38,6 +38,25 @@ from typing import Iterator, Union
 
 from ..dtypes import dtype as _dtype
 
+
+class _derived:  # noqa: N801 - a decorator, like functools.cached_property (which takes a lock in 3.11)
+    """A fact computed from a frozen IR object on its first read and kept in the object's
+    __dict__, outside the dataclass fields (so equality, hashing, repr and `replace` are
+    unchanged): a code generator asks for the same facts thousands of times."""
+
+    __slots__ = ("fn", "name")
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = fn.__name__
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
+
+
 # ---------------------------------------------------------------------------
 # operator vocabularies (the backend's instruction selection keys on these names)
 
@@ -71,6 +90,10 @@ class Affine:
         return Affine(tuple(sorted((n, c) for n, c in acc.items() if c != 0)), const)
 
     def names(self) -> tuple[str, ...]:
+        return self._names
+
+    @_derived
+    def _names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self.terms)
 
     def coeff(self, name: str) -> int:
@@ -134,8 +157,12 @@ class Access:
     index: tuple[Affine, ...]
     zero_pad: bool = False  # reads outside the buffer give 0 (only for reads)
 
-    def names(self) -> set[str]:
-        return {n for a in self.index for n in a.names()}
+    def names(self) -> frozenset[str]:
+        return self._names
+
+    @_derived
+    def _names(self) -> frozenset[str]:
+        return frozenset(n for a in self.index for n in a.names())
 
     def __str__(self) -> str:
         pad = "pad " if self.zero_pad else ""
@@ -228,13 +255,21 @@ def substitute_acc(e: Expr, value: Expr) -> Expr:
 
 def expr_loads(e: Expr) -> Iterator[Access]:
     """Every Access an expression reads, left to right."""
+    return iter(_loads(e))
+
+
+def _loads(e) -> tuple[Access, ...]:
+    # kept on each Unary and Binary node (in its __dict__, as _derived keeps facts): code
+    # generation asks every statement instance for its loads
     if isinstance(e, Load):
-        yield e.access
-    elif isinstance(e, Unary):
-        yield from expr_loads(e.x)
-    elif isinstance(e, Binary):
-        yield from expr_loads(e.a)
-        yield from expr_loads(e.b)
+        return (e.access,)
+    if isinstance(e, (Unary, Binary)):
+        d = e.__dict__
+        hit = d.get("_loads")
+        if hit is None:
+            hit = d["_loads"] = _loads(e.x) if isinstance(e, Unary) else _loads(e.a) + _loads(e.b)
+        return hit
+    return ()
 
 
 # ---------------------------------------------------------------------------
@@ -316,11 +351,17 @@ Node = Union[Loop, Compute]
 
 def statements(node: Node) -> Iterator[Compute]:
     """Every statement in a subtree, in program order."""
+    return iter(_statements(node))
+
+
+def _statements(node: Node) -> tuple[Compute, ...]:
     if isinstance(node, Compute):
-        yield node
-    else:
-        for n in node.body:
-            yield from statements(n)
+        return (node,)
+    d = node.__dict__                      # kept on the Loop, as _loads keeps loads
+    hit = d.get("_statements")
+    if hit is None:
+        hit = d["_statements"] = tuple(s for n in node.body for s in _statements(n))
+    return hit
 
 
 @dataclass(frozen=True)
@@ -331,30 +372,45 @@ class LoopTree:
 
     # -- lookups ---------------------------------------------------------
     def buffer(self, name: str) -> Buffer:
-        for b in self.buffers:
-            if b.name == name:
-                return b
-        raise KeyError(name)
+        try:
+            return self._buffer_by_name[name]
+        except KeyError:
+            raise KeyError(name) from None
 
     def dim_size(self, dim: str) -> int:
-        for d, s in self.dims:
-            if d == dim:
-                return s
-        raise KeyError(dim)
+        try:
+            return self._dim_sizes[dim]
+        except KeyError:
+            raise KeyError(dim) from None
 
-    @property
+    # the lookups above and the buffer lists below are built once per tree (see _derived)
+    @_derived
+    def _buffer_by_name(self) -> dict[str, Buffer]:
+        out: dict[str, Buffer] = {}
+        for b in self.buffers:
+            out.setdefault(b.name, b)          # the first of a name, as a scan would find
+        return out
+
+    @_derived
+    def _dim_sizes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d, s in self.dims:
+            out.setdefault(d, s)
+        return out
+
+    @_derived
     def inputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.kind == "input")
 
-    @property
+    @_derived
     def outputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.kind == "output")
 
-    @property
+    @_derived
     def temps(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.buffers if b.kind == "temp")
 
-    @property
+    @_derived
     def arguments(self) -> tuple[Buffer, ...]:
         """The order in which a kernel takes its arrays: inputs, then outputs."""
         return self.inputs + self.outputs

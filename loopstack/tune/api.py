@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import ArgumentError, LoopstackError
 from .cost import Machine, make_cost_model
 from .db import TuningDB, describe_program, program_key
-from .lookup import OFF, configured_db_path, tuned_schedule
+from .lookup import OFF, configured_db_path
 from .measure import OK, WorkerPool, reference_output
 from .space import Plan, actions_json, exact_plan, main_node, plan_of, realize, stage_node, var_sizes
 
@@ -40,6 +40,8 @@ class TuneConfig:
     confirm_rounds: int = 5           # the database's best) in interleaved rounds (at least 1)
     min_gain: float = 0.02            # ... and replace the start only when their median beats its
                                       # by this share (less is within a shared machine's noise)
+    threads: int | None = None        # of a candidate's parallel loop (None: each measuring
+                                      # worker's share of its machine's cores; 1: single-threaded)
     seed: int = 0
 
     @staticmethod
@@ -66,21 +68,27 @@ class TuneResult:
     start: str = "default"           # where the search began (see tune's `start`)
     start_gflops: float = 0.0        # the starting schedule's GFLOPS (the default's, by default),
                                      # re-measured beside the winner (see `confirm`)
+    target: str = ""                 # the identity of the machines measured on
+    nodes: list = field(default_factory=list)        # on a cluster: the actors that measured
+    pool_stats: dict = field(default_factory=dict)   # ... what happened to them (ClusterPool.stats)
+    by_target: dict = field(default_factory=dict)    # ... every kind's result, by identity
 
     def record(self) -> dict:
         return {"name": self.name, "best_gflops": self.gflops, "default_gflops": self.default_gflops,
                 "peak_gflops": self.peak_gflops, "measured": self.measured, "failed": self.failed,
-                "seconds": self.seconds, "start": self.start, "start_gflops": self.start_gflops}
+                "seconds": self.seconds, "start": self.start, "start_gflops": self.start_gflops,
+                "target": self.target}
 
 
 class Session:
     """What a mapper sees: the program's main loop nest, a budget and a cost model."""
 
     def __init__(self, base, target, machine, cost, pool, budget_s, config, workers, db=None,
-                 program="", mapper="", progress=None, name=""):
+                 program="", mapper="", progress=None, name="", identity: str | None = None):
         self.base, self.target, self.machine, self.cost, self.pool = base, target, machine, cost, pool
         self.config, self.workers, self.db, self.program, self.mapper_name = config, workers, db, program, mapper
         self.name = name
+        self.identity = identity or target.identity     # the machines the pool measures on
         self.seed = config.seed
         self.nid = main_node(base)
         self.sizes = var_sizes(base, self.nid)
@@ -134,10 +142,10 @@ class Session:
                 actions = actions_json(t)
                 self.history.append({"t": time.monotonic() - self.t0, "gflops": g, "status": m.status,
                                      "best": max(self.best[0], 0.0), "detail": m.detail,
-                                     "actions": actions})
+                                     "actions": actions, "node": m.node})
                 if self.db is not None:
-                    self.db.record(self.program, self.target.identity, actions, g, m.status,
-                                   self.name, self.shapes, self.dtypes, self.mapper_name)
+                    self.db.record(self.program, self.identity, actions, g, m.status,
+                                   self.name, self.shapes, self.dtypes, self.mapper_name, m.node)
                 if self.progress is not None:
                     self.progress(self)
             self.cost.observe(todo, [self.results[t.key()] for t in todo])
@@ -174,13 +182,21 @@ def _inputs(ir, seed: int):
 
 def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str = "measure",
          workers: int = 1, config: TuneConfig | None = None, name: str = "", progress=None,
-         target=None, job=None, start: str = "default") -> TuneResult:
+         target=None, job=None, start: str = "default", cluster: str | None = None,
+         per: str = "node") -> TuneResult:
     """Search schedules of `tensor`'s program for `budget_s` seconds; record them in the
     tuning database; return the best (never slower than the starting schedule).
 
     `start` is where the search begins: "default" (loopstack's default schedule, the
     usual choice) or "unscheduled" (the program's loops as written, which is how two
-    searches are compared without the head start a good default gives both)."""
+    searches are compared without the head start a good default gives both).
+
+    `cluster`: measure on a Ray cluster instead of local worker processes ("auto",
+    "HOST:PORT" as `ray start --head` prints it, or "ray://HOST:PORT"), with one actor per
+    node, or per CPU with `per="core"` (see tune.cluster). Each kind of machine among the
+    nodes (its Target identity) gets a search of its own, run side by side within the
+    budget, and its results filed under its identity; the result returned is the largest
+    kind's, every kind's is in `result.by_target`."""
     from ..frontend.run import program, schedules_changed
     from ..frontend.tree import LoopTree, default_schedule
     from ..isa.target import get_target, measure_peak, peak_gflops
@@ -190,61 +206,132 @@ def tune(tensor, budget_s: float = 60, mapper: str = "scripted", cost_model: str
         raise ArgumentError(f"unknown mapper {mapper!r}; known: {', '.join(MAPPERS)}")
     if start not in STARTS:
         raise ArgumentError(f"unknown start {start!r}; known: {', '.join(STARTS)}")
+    if per not in ("node", "core"):
+        raise ArgumentError(f"unknown per {per!r}; known: node (one measuring actor per node), core")
     config = config or TuneConfig.from_env()
-    tgt = get_target(target)
-    peak = peak_gflops(tgt, seconds=0.3)   # the cost models' peak (the reported one: see confirm)
-    machine = Machine.of(tgt, peak)
-    cost = make_cost_model(cost_model, machine)
     graph = program(tensor).graph
     base = LoopTree(graph, default_schedule(graph))
-    key = program_key(graph)
-    default_tree = _default_tree(tensor, base, tgt)
-    start_tree = default_tree if start == "default" else base
     ir = base.lower()
     inputs = _inputs(ir, config.seed)
-    reference = reference_output(base, inputs)
+    problem = _Problem(tensor, base, program_key(graph), budget_s, mapper, cost_model, config, name,
+                       progress, start, inputs, reference_output(base, inputs))
+    kw = {} if job is None else {"job": job}
+    try:
+        if cluster is None:
+            tgt = get_target(target)
+            with WorkerPool(inputs, problem.reference, workers=workers, timeout=config.timeout_s,
+                            runs=config.runs, threads=config.threads, **kw) as pool:
+                # the cost models' peak (the reported one: see confirm)
+                return _search(problem, pool, tgt, tgt.identity, peak_gflops(tgt, seconds=0.3),
+                               lambda: measure_peak(tgt))
+        return _tune_on_cluster(problem, cluster, per, target, kw)
+    finally:
+        if config.use_db:
+            schedules_changed()
+
+
+@dataclass
+class _Problem:
+    """What every search of one tune call shares, whichever machine it measures on."""
+    tensor: object
+    base: object                     # the unscheduled frontend LoopTree
+    key: str                         # the program's key in the database
+    budget_s: float
+    mapper: str
+    cost_model: str
+    config: TuneConfig
+    name: str
+    progress: object
+    start: str
+    inputs: list
+    reference: object
+
+
+def _tune_on_cluster(problem: _Problem, address: str, per: str, target, job_kw: dict) -> TuneResult:
+    """One search per kind of machine of the cluster, side by side (tune.cluster)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .cluster import Fleet, connected
+
+    cfg = problem.config
+    with connected(address), Fleet(problem.inputs, problem.reference, runs=cfg.runs, timeout=cfg.timeout_s,
+                                   per=per, target=target, threads=cfg.threads, **job_kw) as fleet:
+        def search(kind):
+            return _search(problem, kind.pool, kind.target, kind.identity, kind.peak_gflops, kind.pool.peak)
+
+        with ThreadPoolExecutor(len(fleet.kinds)) as ex:
+            results = list(ex.map(search, fleet.kinds))
+    for kind, res in zip(fleet.kinds, results):
+        res.nodes = list(kind.nodes)
+        res.pool_stats = dict(kind.pool.stats)
+    main = results[0]
+    main.by_target = {k.identity: r for k, r in zip(fleet.kinds, results)}
+    return main
+
+
+def _search(problem: _Problem, pool, tgt, identity: str, peak: float, probe) -> TuneResult:
+    """One search on `pool`, whose measurements are taken on machines of `identity` (`tgt`
+    as they describe themselves, `peak` their FMA peak, `probe()` measuring it again)."""
+    from .mappers import MAPPERS
+
+    config, base, key = problem.config, problem.base, problem.key
+    machine = Machine.of(tgt, peak)
+    cost = make_cost_model(problem.cost_model, machine)
+    default_tree = _default_tree(problem.tensor, base, tgt)
+    start_tree = default_tree if problem.start == "default" else base
     db = TuningDB(config.db_path) if config.use_db else None
     # an earlier session's winner, read before this search records its own fastest measurements
-    stored = tuned_schedule(graph, tgt, db.path) if db is not None else None
-    kw = {} if job is None else {"job": job}
+    stored = _stored(db, base, key, identity) if db is not None else None
     t_start = time.monotonic()
     try:
-        with WorkerPool(inputs, reference, workers=workers, timeout=config.timeout_s, runs=config.runs,
-                        **kw) as pool:
-            s = Session(base, tgt, machine, cost, pool, budget_s, config, workers, db, key, mapper, progress,
-                        name)
-            if start_tree is not base:
-                s.start_plan = exact_plan(base, start_tree, s.nid) or s.start_plan
-            start_gflops = s.measure([start_tree])[0]
-            rebuilt = s.build(s.start_plan)
-            if rebuilt is not None and rebuilt.key() == start_tree.key():
-                s.start_best = (start_gflops, s.start_plan)
-            MAPPERS[mapper](s)
-            finalists = s.leaders(config.finalists) + [start_tree] + ([stored] if stored is not None else [])
-            medians, peaks = confirm(pool, finalists, config.confirm_rounds, probe=lambda: measure_peak(tgt))
-            peak = statistics.median(peaks)     # the peak as it was beside the winner's measurements
-            best_tree = keep_start_unless_faster(finalists, start_tree, medians, config.min_gain)
-            best_g = medians[best_tree.key()]
-            if best_g <= 0:                     # every finalist failed its re-measurement
-                best_g, best_tree = start_gflops, start_tree
-            else:                               # measured beside the winner: comparable
-                start_gflops = medians[start_tree.key()]
-            if db is not None and best_g > 0:
-                db.set_best(key, tgt.identity, actions_json(best_tree), best_g)
-            seconds = time.monotonic() - t_start
-            if start == "default":
-                default_gflops = start_gflops
-            else:   # for the record only: measured outside the search's history and budget
-                res = pool.measure([default_tree])[0]
-                default_gflops = res.gflops if res.status == OK else 0.0
+        s = Session(base, tgt, machine, cost, pool, problem.budget_s, config, pool.workers, db, key,
+                    problem.mapper, problem.progress, problem.name, identity)
+        if start_tree is not base:
+            s.start_plan = exact_plan(base, start_tree, s.nid) or s.start_plan
+        start_gflops = s.measure([start_tree])[0]
+        rebuilt = s.build(s.start_plan)
+        if rebuilt is not None and rebuilt.key() == start_tree.key():
+            s.start_best = (start_gflops, s.start_plan)
+        MAPPERS[problem.mapper](s)
+        finalists = s.leaders(config.finalists) + [start_tree] + ([stored] if stored is not None else [])
+        medians, peaks = confirm(pool, finalists, config.confirm_rounds, probe=probe)
+        peak = statistics.median(peaks)     # the peak as it was beside the winner's measurements
+        best_tree = keep_start_unless_faster(finalists, start_tree, medians, config.min_gain)
+        best_g = medians[best_tree.key()]
+        if best_g <= 0:                     # every finalist failed its re-measurement
+            best_g, best_tree = start_gflops, start_tree
+        else:                               # measured beside the winner: comparable
+            start_gflops = medians[start_tree.key()]
+        if db is not None and best_g > 0:
+            db.set_best(key, identity, actions_json(best_tree), best_g)
+        seconds = time.monotonic() - t_start
+        if problem.start == "default":
+            default_gflops = start_gflops
+        else:   # for the record only: measured outside the search's history and budget
+            res = pool.measure([default_tree])[0]
+            default_gflops = res.gflops if res.status == OK else 0.0
     finally:
         if db is not None:
             db.close()
-            schedules_changed()
-    return TuneResult(name=name, gflops=max(best_g, 0.0), default_gflops=default_gflops, peak_gflops=peak,
-                      actions=actions_json(best_tree), tree=best_tree,
+    return TuneResult(name=problem.name, gflops=max(best_g, 0.0), default_gflops=default_gflops,
+                      peak_gflops=peak, actions=actions_json(best_tree), tree=best_tree,
                       history=s.history, measured=len(s.history), failed=s.failed,
-                      seconds=seconds, program=key, start=start, start_gflops=start_gflops)
+                      seconds=seconds, program=key, start=problem.start, start_gflops=start_gflops,
+                      target=identity)
+
+
+def _stored(db, base, key: str, identity: str):
+    """The database's best schedule of the program on `identity`, or None (none, or its trace
+    no longer replays)."""
+    from ..frontend.mutate import apply_actions
+
+    hit = db.best(key, identity)
+    if hit is None:
+        return None
+    try:
+        return apply_actions(base, hit[0])
+    except LoopstackError:
+        return None
 
 
 def keep_start_unless_faster(finalists, start_tree, medians: dict, min_gain: float):

@@ -14,6 +14,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mapper", default="scripted", choices=("scripted", "exhaustive", "random", "evolutionary"))
     parser.add_argument("--cost-model", default="measure", choices=("measure", "analytical", "learned"))
     parser.add_argument("--workers", type=int, default=1, help="measurement processes")
+    parser.add_argument("--ray", metavar="ADDRESS", help="measure on a Ray cluster: 'auto', HOST:PORT as "
+                                                          "`ray start --head` prints it, or ray://HOST:PORT")
+    parser.add_argument("--per", default="node", choices=("node", "core"),
+                        help="with --ray: one measuring actor per node (all its CPUs) or per CPU")
     parser.add_argument("--from", dest="start", default="default", choices=("default", "unscheduled"),
                         help="start the search from the default schedule or the unscheduled program")
     parser.add_argument("--db", metavar="PATH", help="tuning database (default: $LOOPSTACK_TUNING_DB or "
@@ -43,16 +47,21 @@ def run(args: argparse.Namespace) -> int:
     config = TuneConfig.from_env(args.db, use_db=not args.no_db, seed=args.seed)
     if args.import_:
         with TuningDB(config.db_path) as db:
-            print(f"imported {db.import_jsonl(args.import_)} measurements")
+            c = db.import_jsonl(args.import_)
+            print(f"imported {c['measurements']} measurements ({c['duplicates']} already held)")
     w = get_workload(args.workload)
     tensor, _ = w.build(args.seed)
     res = tune(tensor, budget_s=args.budget, mapper=args.mapper, cost_model=args.cost_model,
-               workers=args.workers, config=config, name=w.name, progress=_bar, start=args.start)
+               workers=args.workers, config=config, name=w.name, progress=_bar, start=args.start,
+               cluster=args.ray, per=args.per)
     sys.stderr.write("\n")
     pct = 100 * res.gflops / res.peak_gflops if res.peak_gflops else 0.0
     print(f"{w.name}: best {res.gflops:.1f} GFLOPS ({pct:.0f}% of {res.peak_gflops:.1f} peak), "
           f"default {res.default_gflops:.1f}; {res.measured} measured, {res.failed} failed, "
           f"{res.seconds:.1f} s")
+    for identity, other in res.by_target.items():
+        print(f"  {identity}: best {other.gflops:.1f} GFLOPS, default {other.default_gflops:.1f}; "
+              f"{other.measured} measured on {', '.join(other.nodes)}")
     print(res.tree)
     if args.json:
         with open(args.json, "w") as f:

@@ -12,8 +12,16 @@ another process, finds its schedules.
                                                             becomes the best)
     db.set_best(key, target_id, actions, gflops)           the tuner's confirmed winner
     db.best(key, target_id) -> (actions, gflops) | None
-    db.export_jsonl(file) / db.import_jsonl(file)
+    db.export_jsonl(file) / db.import_jsonl(file)          merged without duplicates
+    db.stats() -> [dict]                                    per program and target
     best_schedule(program_key, target_identity, path)      the frontend's hook
+
+Several processes may write one database at once (SQLite's write-ahead log, and a writer
+waits up to BUSY_TIMEOUT_S for another's transaction): two tuners on one machine lose no
+row. On a cluster only the driver writes (tune.cluster): SQLite on a network file system
+is not safe to share.  A measurement is identified by its program, target, schedule, time
+and node, so importing a file twice, or a colleague's file that holds some of one's own
+rows, adds each row once.
 """
 from __future__ import annotations
 
@@ -23,13 +31,23 @@ import os
 import sqlite3
 import time
 
+from ..errors import LoopstackError
+
 DEFAULT_PATH = os.path.join("~", ".cache", "loopstack", "tuning.db")
+
+BUSY_TIMEOUT_S = 60.0
+_COLUMNS = "program, target, name, shapes, dtypes, actions, gflops, status, mapper, created, node"
+# one row per measurement: what makes import_jsonl idempotent
+_UNIQUE = """CREATE UNIQUE INDEX IF NOT EXISTS measurements_unique
+    ON measurements (program, target, actions, created, node)"""
+_DEDUPE = """DELETE FROM measurements WHERE rowid NOT IN (SELECT min(rowid) FROM measurements
+    GROUP BY program, target, actions, created, node)"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
     program TEXT NOT NULL, target TEXT NOT NULL, name TEXT, shapes TEXT, dtypes TEXT,
     actions TEXT NOT NULL, gflops REAL NOT NULL, status TEXT NOT NULL, mapper TEXT,
-    created REAL NOT NULL);
+    created REAL NOT NULL, node TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS measurements_key ON measurements (program, target);
 CREATE TABLE IF NOT EXISTS best (
     program TEXT NOT NULL, target TEXT NOT NULL, actions TEXT NOT NULL, gflops REAL NOT NULL,
@@ -61,8 +79,24 @@ class TuningDB:
         d = os.path.dirname(self.path)
         if d:
             os.makedirs(d, exist_ok=True)
-        self.conn = sqlite3.connect(self.path)
-        self.conn.executescript(_SCHEMA)
+        try:
+            self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            with self.conn:
+                self.conn.executescript(_SCHEMA)
+                self._migrate()
+        except sqlite3.Error as e:
+            raise LoopstackError(f"tuning database {self.path} is unreadable ({e}); move it away or "
+                                 "point LOOPSTACK_TUNING_DB elsewhere") from None
+
+    def _migrate(self) -> None:
+        """Databases written before measurements carried their node (and a unique index)."""
+        cols = {row[1] for row in self.conn.execute("PRAGMA table_info(measurements)")}
+        if "node" not in cols:
+            self.conn.execute("ALTER TABLE measurements ADD COLUMN node TEXT NOT NULL DEFAULT ''")
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE name='measurements_unique'").fetchone() is None:
+            self.conn.execute(_DEDUPE)
+            self.conn.execute(_UNIQUE)
 
     def close(self):
         self.conn.close()
@@ -74,17 +108,23 @@ class TuningDB:
         self.close()
 
     def record(self, program: str, target: str, actions, gflops: float, status: str = "ok",
-               name: str = "", shapes: str = "", dtypes: str = "", mapper: str = "") -> None:
+               name: str = "", shapes: str = "", dtypes: str = "", mapper: str = "", node: str = "",
+               created: float | None = None, update_best: bool = True) -> bool:
+        """Add a measurement (the best too, when it is faster and `update_best`); False when
+        the database holds it already (the same program, target, schedule, time and node)."""
         text = json.dumps(actions)
         with self.conn:
-            self.conn.execute("INSERT INTO measurements VALUES (?,?,?,?,?,?,?,?,?,?)",
-                              (program, target, name, shapes, dtypes, text, float(gflops), status,
-                               mapper, time.time()))
-            if status == "ok":
+            cur = self.conn.execute(f"INSERT OR IGNORE INTO measurements ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                                    (program, target, name, shapes, dtypes, text, float(gflops), status,
+                                     mapper, time.time() if created is None else float(created), node or ""))
+            if cur.rowcount == 0:
+                return False
+            if status == "ok" and update_best:
                 row = self.conn.execute("SELECT gflops FROM best WHERE program=? AND target=?",
                                         (program, target)).fetchone()
                 if row is None or gflops > row[0]:
                     self._write_best(program, target, text, gflops)
+        return True
 
     def set_best(self, program: str, target: str, actions, gflops: float) -> None:
         """Make `actions` the best schedule (a tuner's confirmed winner replaces a luckier
@@ -96,9 +136,13 @@ class TuningDB:
         self.conn.execute("INSERT OR REPLACE INTO best VALUES (?,?,?,?)", (program, target, text, float(gflops)))
 
     def best(self, program: str, target: str):
-        row = self.conn.execute("SELECT actions, gflops FROM best WHERE program=? AND target=?",
-                                (program, target)).fetchone()
-        return None if row is None else (json.loads(row[0]), row[1])
+        try:
+            row = self.conn.execute("SELECT actions, gflops FROM best WHERE program=? AND target=?",
+                                    (program, target)).fetchone()
+            return None if row is None else (json.loads(row[0]), float(row[1]))
+        except (sqlite3.Error, ValueError, TypeError) as e:
+            raise LoopstackError(f"tuning database {self.path} holds a malformed schedule for program "
+                                 f"{program} ({e})") from None
 
     def measurements(self, program: str, target: str) -> list[dict]:
         rows = self.conn.execute("SELECT actions, gflops, status, mapper FROM measurements "
@@ -109,34 +153,53 @@ class TuningDB:
         """Every measurement, then every best schedule (lines marked "best": the best is the
         tuner's confirmed winner, not necessarily the fastest single measurement); the count of
         lines written."""
-        rows = self.conn.execute("SELECT program, target, name, shapes, dtypes, actions, gflops, status, "
-                                 "mapper, created FROM measurements ORDER BY created").fetchall()
+        rows = self.conn.execute(f"SELECT {_COLUMNS} FROM measurements ORDER BY created").fetchall()
         best = self.conn.execute("SELECT program, target, actions, gflops FROM best").fetchall()
         with open(path, "w") as f:
-            for p, t, n, sh, dt, a, g, s, m, c in rows:
+            for p, t, n, sh, dt, a, g, s, m, c, node in rows:
                 f.write(json.dumps({"program": p, "target": t, "name": n, "shapes": sh, "dtypes": dt,
                                     "actions": json.loads(a), "gflops": g, "status": s, "mapper": m,
-                                    "created": c}) + "\n")
+                                    "created": c, "node": node}) + "\n")
             for p, t, a, g in best:
                 f.write(json.dumps({"best": True, "program": p, "target": t, "actions": json.loads(a),
                                     "gflops": g}) + "\n")
         return len(rows) + len(best)
 
-    def import_jsonl(self, path: str) -> int:
-        """Lines written by export_jsonl; the count of lines read."""
-        n = 0
+    def import_jsonl(self, path: str) -> dict:
+        """Merge lines written by export_jsonl: measurements not held yet are added; an imported
+        best (a tuner's confirmed winner) replaces this database's best of the same program and
+        target only when it is faster; imported measurements do not make bests themselves.
+        Returns counts: {"measurements": added, "duplicates": skipped, "best": replaced}."""
+        counts = {"measurements": 0, "duplicates": 0, "best": 0}
         with open(path) as f:
             for line in f:
-                if line.strip():
-                    r = json.loads(line)
-                    if r.get("best"):
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                if r.get("best"):
+                    mine = self.best(r["program"], r["target"])
+                    if mine is None or r["gflops"] > mine[1]:
                         self.set_best(r["program"], r["target"], r["actions"], r["gflops"])
-                    else:
-                        self.record(r["program"], r["target"], r["actions"], r["gflops"], r["status"],
-                                    r.get("name", ""), r.get("shapes", ""), r.get("dtypes", ""),
-                                    r.get("mapper", ""))
-                    n += 1
-        return n
+                        counts["best"] += 1
+                elif self.record(r["program"], r["target"], r["actions"], r["gflops"], r["status"],
+                                 r.get("name", ""), r.get("shapes", ""), r.get("dtypes", ""),
+                                 r.get("mapper", ""), r.get("node", ""), r.get("created"), update_best=False):
+                    counts["measurements"] += 1
+                else:
+                    counts["duplicates"] += 1
+        return counts
+
+    def stats(self) -> list[dict]:
+        """Per program and target: its name and shapes, measurements (ok / failed), nodes that
+        measured, the best GFLOPS measured and the best schedule's."""
+        rows = self.conn.execute(
+            "SELECT m.program, m.target, max(m.name), max(m.shapes), count(*), "
+            "sum(m.status = 'ok'), count(DISTINCT m.node), max(CASE WHEN m.status = 'ok' THEN m.gflops END), "
+            "b.gflops FROM measurements m LEFT JOIN best b ON b.program = m.program AND b.target = m.target "
+            "GROUP BY m.program, m.target ORDER BY max(m.name), m.target").fetchall()
+        return [{"program": p, "target": t, "name": n or "", "shapes": sh or "", "measurements": cnt,
+                 "ok": ok or 0, "nodes": nodes, "best_measured_gflops": top or 0.0, "best_gflops": best}
+                for p, t, n, sh, cnt, ok, nodes, top, best in rows]
 
 
 def best_schedule(program: str, target_identity: str, path: str | None = None):

@@ -38,6 +38,13 @@ Loop order (outer to inner):
 Element-wise consumers (bias, ReLU, the write) take the same order without the reduction loops,
 so they fuse into the store of the output block.
 
+**Every core** (`parallelize`): the outermost loop of a reduction's nest runs in parallel when it
+walks the output (never a reduction: the threads would race), has at least two iterations, and
+the nest does at least PARALLEL_MIN_FLOPS of work. Each thread then computes whole output
+panels in the serial order, so results are bit-identical to one thread; a kernel runs on
+`kernel.threads` threads (every core by default, 1 to compare with single-threaded peers). The
+annotation changes no loop order: a kernel run on one thread is the serial schedule's.
+
 `schedule_for(tensor, target)` is what the benchmark compiles: the tuning database's best schedule
 for the program on this target (`best_known_schedule`) when one was recorded, else
 `default_schedule`.
@@ -46,7 +53,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["default_schedule", "best_known_schedule", "chosen_schedule", "schedule_for", "BlockChoice", "plan"]
+__all__ = ["default_schedule", "best_known_schedule", "chosen_schedule", "schedule_for", "BlockChoice", "plan",
+           "parallelize"]
 
 _BYTES = 4              # fp32
 _LINE = 64
@@ -61,15 +69,20 @@ _L1_SHARE = 7 / 8       # of L1 a stationary weight tile may fill (the input row
 _L2_SHARE = 1 / 4       # of L2 a weight tile streamed from L2 may fill (input and output share it)
 _L2_STREAM = 24         # bytes per cycle a block may stream from L2 (of the 32 the L2 -> L1 path moves)
 _TILING_COST = 0.03     # modelled efficiency a convolution loses by tiling its input channels
+# work of a nest below which its loop is not split over threads: handing chunks to other threads
+# costs tens of microseconds on a busy machine; this is ~100 us of one AVX-512 core
+PARALLEL_MIN_FLOPS = 1 << 24
 
 
 def _target(target):
     from ..isa.target import get_target, host_target
 
-    if target is None or target in ("x86", "interp"):
+    if target is None or target in ("x86", "native", "interp"):
         return host_target()
     if isinstance(target, str):
-        return get_target(target)
+        from ..backend.native import foreign_target
+
+        return foreign_target(target) or get_target(target)     # another architecture's preset
     return target
 
 
@@ -486,7 +499,45 @@ def default_schedule(tensor, target=None):
             continue
         mult = _producer(g, g.node(nid))
         tree = copy_input(tree, tree.ref_of(mult.id), p.pack)
+    return parallelize(tree)
+
+
+def parallelize(tree):
+    """`tree` with the outermost loop of every large enough reduction nest annotated "parallel"
+    (see the module doc); loops that cannot run in parallel are left as they are."""
+    from ..errors import ScheduleError
+    from ..frontend.graph import SCHEDULED
+    from ..frontend.mutate import annotate
+
+    g = tree.graph
+    for n in g.nodes:
+        if n.op not in SCHEDULED or not g.reduced(n) or n.id not in tree._leaf:
+            continue
+        path = tree.path(tree.ref_of(n.id))
+        if not path:
+            continue
+        outer = tree.loop(path[0])
+        var, count, tail = outer.entry
+        if outer.annotation or count + (1 if tail else 0) < 2 or _nest_flops(g, outer.leaves) < PARALLEL_MIN_FLOPS:
+            continue
+        try:
+            tree = annotate(tree, outer.ref, "parallel")
+        except ScheduleError:      # a reduction outermost (a channel tile): stays serial
+            continue
     return tree
+
+
+def _nest_flops(graph, node_ids) -> int:
+    """Two flops per point of each reduction's domain under a loop (multiply and add)."""
+    total = 0
+    for i in node_ids:
+        n = graph.node(i)
+        if graph.reduced(n):
+            points = 1
+            for v in graph.domain(n):
+                points *= graph.size(v)
+            total += 2 * points
+    return total
 
 
 def _elementwise(tree, tgt):

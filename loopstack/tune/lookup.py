@@ -11,6 +11,7 @@ only the database layer, so it costs nothing when no database exists.
 from __future__ import annotations
 
 import os
+import warnings
 
 from ..errors import LoopstackError
 from .db import DEFAULT_PATH, best_schedule, program_key
@@ -47,7 +48,11 @@ def tuned_actions(graph, target=None, db_path: str | None = None):
     identity = _target_identity(target)
     if identity is None:
         return None
-    return best_schedule(program_key(graph), identity, path)
+    try:
+        return best_schedule(program_key(graph), identity, path)
+    except LoopstackError as e:     # a corrupt database: say so, and compile without it
+        warnings.warn(f"{e}; compiling with the default schedule", stacklevel=2)
+        return None
 
 
 def tuned_schedule(graph, target=None, db_path: str | None = None):

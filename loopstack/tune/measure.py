@@ -19,9 +19,11 @@ own process, so on a machine with fewer free cores than workers the timings get 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 import traceback
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -37,6 +39,7 @@ class Measurement:
     status: str
     compile_ms: float = 0.0
     detail: str = ""
+    node: str = ""           # the machine that measured it (a cluster node; "" on this one)
 
 
 def reference_output(base_tree, inputs, interp_flops_limit: float = 3e8) -> np.ndarray:
@@ -58,10 +61,14 @@ MIN_SECONDS = 0.02   # of timed calls per candidate (see measure_job)
 QUICK_RUNS = 2       # timed calls that decide whether a candidate is below the floor
 
 
-def measure_job(text: str, inputs, reference, runs: int, target, floor: float = 0.0) -> Measurement:
-    """Compile, check and time one serialised candidate (runs inside a worker)."""
+def measure_job(text: str, inputs, reference, runs: int, target, floor: float = 0.0,
+                threads: int | None = None) -> Measurement:
+    """Compile, check and time one serialised candidate (runs inside a worker) with `threads`
+    threads for a loop annotated parallel (None: every core)."""
     tree = deserialize(text)
     kernel = tree.compile(target)
+    if threads is not None and hasattr(kernel, "threads"):
+        kernel.threads = threads
     outs = kernel.run(*inputs)
     if reference is not None:
         got = outs[0]
@@ -80,6 +87,21 @@ def measure_job(text: str, inputs, reference, runs: int, target, floor: float = 
     return Measurement(float(gflops), OK, kernel.compile_ms)
 
 
+def with_threads(job, threads: int):
+    """`job` measuring a loop annotated parallel on `threads` threads when it is the standard
+    measure_job (a job of one's own decides for itself)."""
+    return partial(measure_job, threads=max(1, threads)) if job is measure_job else job
+
+
+def run_job(job, text: str, inputs, reference, runs: int, target, floor: float) -> Measurement:
+    """`job` on one candidate, any exception it raises turned into an `error` Measurement."""
+    try:
+        return job(text, inputs, reference, runs, target, floor)
+    except Exception as e:  # noqa: BLE001 - any failure of a candidate is a result, reported
+        return Measurement(0.0, ERROR, 0.0, f"{type(e).__name__}: {e}".splitlines()[0][:300]
+                           or traceback.format_exc(limit=1))
+
+
 def _worker(conn, job, inputs, reference, runs, target):
     import faulthandler
 
@@ -92,12 +114,7 @@ def _worker(conn, job, inputs, reference, runs, target):
         if msg is None:
             return
         text, floor = msg
-        try:
-            res = job(text, inputs, reference, runs, target, floor)
-        except Exception as e:  # noqa: BLE001 - any failure of a candidate is a result, reported
-            res = Measurement(0.0, ERROR, 0.0, f"{type(e).__name__}: {e}".splitlines()[0][:300]
-                              or traceback.format_exc(limit=1))
-        conn.send(res)
+        conn.send(run_job(job, text, inputs, reference, runs, target, floor))
 
 
 class _Slot:
@@ -131,12 +148,16 @@ class _Slot:
 class WorkerPool:
     """`workers` measuring processes; `measure(trees)` returns one Measurement per tree, in order.
 
-    `floor`: GFLOPS below which a candidate's timing stops after its first calls (0: never)."""
+    `floor`: GFLOPS below which a candidate's timing stops after its first calls (0: never).
+    `threads`: of a candidate's parallel loop (None: each worker's share of the cores)."""
 
     def __init__(self, inputs, reference, workers: int = 1, timeout: float = 20.0, runs: int = 10,
-                 target=None, job=measure_job):
+                 target=None, job=measure_job, threads: int | None = None):
         self.inputs, self.reference = list(inputs), reference
-        self.workers, self.timeout, self.runs, self.target, self.job = max(1, workers), timeout, runs, target, job
+        self.workers, self.timeout, self.runs, self.target = max(1, workers), timeout, runs, target
+        # the cores shared out among the workers: a parallel candidate measured beside others
+        # takes its share, not every core
+        self.job = with_threads(job, threads or (os.cpu_count() or 1) // self.workers)
         self.slots = [_Slot(self) for _ in range(self.workers)]
 
     def measure(self, trees, texts=None, floor: float = 0.0) -> list[Measurement]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ScheduleError
 from ..frontend.mutate import Action, apply_actions
-from .defaults import MAX_BLOCK_VECTORS
+from .defaults import MAX_BLOCK_VECTORS, parallelize
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def realize(base, plan: Plan, nid: int | None = None):
         copy_id = tree.graph.node(sid).inputs[idx]
         for _ in range(hoist):
             tree = tree.decrease_reuse(tree.ref_of(copy_id))
-    return tree
+    return parallelize(tree)      # every core, as the default schedule (see defaults.parallelize)
 
 
 def _reorder(tree, nid: int, order: tuple[str, ...]):

@@ -39,7 +39,7 @@ def test_parsing():
     (["show", "MM-7"], "unknown workload 'MM-7'"),
     (["asm", "nope"], "unknown workload"),
     (["bench", "--compare", "tvm", "-w", "MM-64"], "unknown peer"),
-    (["bench", "--threads", "4", "-w", "MM-64"], "only single-threaded"),
+    (["bench", "--threads", "0", "-w", "MM-64"], "expected a positive thread count"),
     (["bench", "-w", "MM-3"], "unknown workload"),
     (["asm", "MM-64", "--target", "avx9000"], ""),
 ])
@@ -90,6 +90,16 @@ def test_bench_end_to_end_json(tmp_path, capsys):
     for p, v in rec["peers"].items():      # a peer that is missing is None and says why
         assert v is None and p in rec["skipped"] or v > 0
     assert rec["status"] in ("ok", "miss")
+
+
+def test_bench_threads_reports_one_and_n_thread_figures(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    assert main(["bench", "-w", "MM-256", "-w", "MM-64", "--compare", "", "--threads", "2", "--runs", "2",
+                 "--rounds", "1", "--json", str(path), "--no-progress"]) == 0
+    assert "2 thr GF" in capsys.readouterr().out
+    big, small = json.loads(path.read_text())
+    assert big["threads"] == 2 and big["parallel"] and big["gflops"] > 0 and big["gflops_threads"] > 0
+    assert not small["parallel"] and small["gflops_threads"] > 0     # too small to split: one thread
 
 
 def test_bench_uses_the_tuning_database(tmp_path):

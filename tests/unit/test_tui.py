@@ -199,6 +199,20 @@ def test_measure_reports_compile_errors_instead_of_raising(monkeypatch):
     assert any("see status" in ln for ln in as_text(layout(s, ROWS, COLS)))
 
 
+def test_a_cross_compiled_target_is_listed_not_run():
+    """--target neon on a host that cannot run it: the session shows the AArch64 listing and says
+    why there is no measurement (a host that runs it measures it)."""
+    from loopstack.backend.native import foreign_target
+    from tui import measure as M
+
+    if foreign_target("neon") is None:
+        pytest.skip("this host runs neon: measured like the host's own target")
+    C, _, _ = matmul(16)
+    m = M.measure(C.loop_tree, 0.01, target="neon")
+    assert "fmla" in m.asm and m.flops == 2 * 16 ** 3
+    assert m.error.startswith("run:") and "cannot run" in m.error
+
+
 # ---------------------------------------------------------------------------- the real program in a pty
 
 try:

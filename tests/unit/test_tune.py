@@ -202,8 +202,13 @@ def test_database_round_trip_export_import_and_reuse(tmp_path, monkeypatch):
         assert len(db.measurements(key, target_id)) == res.measured
         n = db.export_jsonl(str(tmp_path / "out.jsonl"))
     with tdb.TuningDB(str(tmp_path / "other.db")) as other:
-        assert other.import_jsonl(str(tmp_path / "out.jsonl")) == n
+        got = other.import_jsonl(str(tmp_path / "out.jsonl"))
+        assert got == {"measurements": res.measured, "duplicates": 0, "best": n - res.measured}
         assert other.best(key, target_id)[0] == actions
+        # merged again: nothing is added twice
+        again = other.import_jsonl(str(tmp_path / "out.jsonl"))
+        assert again == {"measurements": 0, "duplicates": res.measured, "best": 0}
+        assert len(other.measurements(key, target_id)) == res.measured
     assert tdb.best_schedule(key, target_id, str(tmp_path / "missing.db")) is None
     monkeypatch.setenv("LOOPSTACK_TUNING_DB", str(tmp_path / "env.db"))
     assert TuneConfig.from_env().db_path == str(tmp_path / "env.db")

@@ -1,11 +1,15 @@
-"""The x86 form table is built per mnemonic on first use: the same lookups as building it whole."""
+"""The x86 form table is built per mnemonic on first use: the same lookups as building it whole;
+and the operand copies the code generator makes are the operands it would build."""
 import itertools
 import subprocess
 import sys
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from loopstack.isa.x86 import forms
 from loopstack.isa.x86.assembler import Assembler
-from loopstack.isa.x86.operands import Mem, rax, rdi, ymm0, ymm1
+from loopstack.isa.x86.operands import GPR64, RIP, K, Gpr, Mem, rax, rdi, ymm0, ymm1
 
 
 def _eager_lookup():
@@ -53,3 +57,20 @@ def test_lazy_entries_encode_like_before():
     asm.emit("jz", top)                      # an alias of je: its branch forms come from je's rows
     asm.emit("ret")
     assert asm.bytes().hex() == "c4e275b84720" + "4883c008" + "74fa" + "c3"
+
+
+_BASES = st.sampled_from(list(GPR64) + [None, RIP, Gpr(3)])
+_INDEXES = st.sampled_from([None] + list(GPR64) + [Gpr(5)])
+_SIZES = st.sampled_from([None, 8, 16, 32, 64, 128, 256, 512, 24, True, 8.0])
+
+
+@settings(max_examples=300)
+@given(_BASES, _INDEXES, st.sampled_from([1, 2, 4, 8, 3]), st.sampled_from([0, 8, -64, 1 << 20, 2.0]), _SIZES,
+       st.booleans(), st.sampled_from([None, K[1], K[7]]), _SIZES)
+def test_with_bits_is_the_mem_built_with_those_bits(base, index, scale, disp, bits, bcst, mask, new_bits):
+    """Mem.with_bits copies the template shape with the size field replaced: the same operand,
+    the same template shape (the assembler's key for kept encodings) as Mem(...) builds."""
+    m = Mem(base, index, scale, disp, bits, bcst, None, mask)
+    got, want = m.with_bits(new_bits), Mem(base, index, scale, disp, new_bits, bcst, None, mask)
+    assert got == want and got.bits is new_bits
+    assert got._template_shape == want._template_shape

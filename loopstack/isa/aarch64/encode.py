@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 
 from ...errors import EncodingError
-from .forms import ARRANGEMENT_BITS, CONDITIONS, ROWS
+from .forms import ARRANGEMENT_BITS, CONDITIONS, READS_DESTINATION, ROWS
+from .immediates import encode_bitmask, encode_fp_imm8
 from .operands import PREFETCH_OPS, Element, Gpr, Label, Mem, Shift, VecReg
 
 __all__ = ["FORMS", "Form", "encode", "find_form", "format_instruction", "operand_kind"]
@@ -42,6 +43,14 @@ class Form:
     reloc: str | None           # label fixup kind: "branch26", "branch19", "literal", "adr"
     check: object = None        # operands -> None, raising FieldError for UNPREDICTABLE register choices
     encoder: object = None      # encoder(*ops) -> the word: fixed bits ^ every placer, compiled
+
+    @property
+    def reads_destination(self) -> bool:
+        """The first operand is read too: an accumulator (fmla, sdot), a select (bsl, bif), or a
+        register only partly written (ins, `mov v.s[i], ...`, ld1 of one lane, movk, fcvtn2)."""
+        first = _split(self.operands)[0][0] if self.operands else ""
+        return (self.mnemonic in READS_DESTINATION or (self.mnemonic == "mov" and first.endswith("[i]"))
+                or first.startswith("{Vt.") and first.endswith("[i]") and self.mnemonic == "ld1")
 
 
 # -- operand kinds ------------------------------------------------------------------------------
@@ -248,7 +257,34 @@ def _shift_placer(group: str, bits: int, arrangement: str | None):
     raise AssertionError(f"shift slot in group {group}")
 
 
+def _bitmask_placer(bits: int):
+    def place(v):
+        fields = encode_bitmask(v, bits) if isinstance(v, int) and -(1 << (bits - 1)) <= v < 1 << bits else None
+        if fields is None:
+            raise FieldError(f"bitmask immediate: a rotated run of ones repeated in 2..{bits}-bit elements "
+                             f"(not 0, not all ones)")
+        n, immr, imms = fields
+        return n << 22 | immr << 16 | imms << 10
+    return place
+
+
+def _fp_imm8(v) -> int:
+    imm8 = encode_fp_imm8(v) if not isinstance(v, bool) else None
+    if imm8 is None:
+        raise FieldError("fmov immediate +-(16..31)/16 x 2^-3..2^4 (0.0: use movi #0)")
+    return imm8
+
+
 def _imm_placer(name: str, group: str, bits: int, arrangement: str | None, row_mnemonic: str):
+    if name == "bimm":
+        return _bitmask_placer(bits)
+    if name == "fimm":
+        if group == "fpimm":
+            return lambda v: _fp_imm8(v) << 13
+        def place(v):
+            imm8 = _fp_imm8(v)
+            return (imm8 >> 5) << 16 | (imm8 & 31) << 5
+        return place
     if group == "addsub_imm":
         def place(v):
             if isinstance(v, int) and 0 <= v <= 4095:
@@ -452,7 +488,7 @@ def _slot(slot: str, group: str, mnemonic: str, bits: int, arrangement, slot_tex
         return frozenset({mode}), _mem_placer(mode, group, scale)
     if slot.startswith("#"):
         name = slot[1:]
-        kinds = frozenset({"imm", "fimm"}) if name == "0.0" else frozenset({"imm"})
+        kinds = frozenset({"imm", "fimm"}) if name in ("0.0", "fimm") else frozenset({"imm"})
         return kinds, _imm_placer(name, group, bits, arrangement, mnemonic)
     if slot == "label":
         return frozenset({"label"}), _zero

@@ -15,7 +15,8 @@ Operand slots (what a slot accepts is the operand's `kind`, see operands.py):
     Vm.s[i] Vm.4b[i]        an element; Vm16.h[i]: the fp16 by-element form, whose Vm field has
                             only 4 bits (v0..v15) — the restriction lives in the slot
     {Vt.T, Vt2.T}           a list of consecutive registers (a Python list)   {Vt.s}[i]: one lane
-    #imm  #shift  #0.0      immediates, checked against the group's field width when inserted
+    #imm  #shift  #0.0      immediates, checked against the group's field width when inserted;
+    #bimm  #fimm            a logical (bitmask) immediate, an fmov immediate (immediates.py)
     [Xn|SP{, #pimm}]        unsigned scaled offset (or the unscaled ldur/stur form, chosen here)
     [Xn|SP, #simm]!         pre-index           [Xn|SP], #simm / [Xn|SP], Xm    post-index
     [Xn|SP, Xm]             register offset     label           a Label (pc-relative)
@@ -80,6 +81,16 @@ _ROWS: list[tuple[str, str, str, str, str, str]] = [
     ("and",   "Xd, Xn, Xm{, shift}",           "0x8a000000", "logic_shift",  "", "BASE"),
     ("orr",   "Xd, Xn, Xm{, shift}",           "0xaa000000", "logic_shift",  "", "BASE"),
     ("eor",   "Xd, Xn, Xm{, shift}",           "0xca000000", "logic_shift",  "", "BASE"),
+    ("and",   "Xd|SP, Xn, #bimm",              "0x92000000", "logic_imm",    "", "BASE"),
+    ("and",   "Wd|WSP, Wn, #bimm",             "0x12000000", "logic_imm",    "", "BASE"),
+    ("orr",   "Xd|SP, Xn, #bimm",              "0xb2000000", "logic_imm",    "", "BASE"),
+    ("orr",   "Wd|WSP, Wn, #bimm",             "0x32000000", "logic_imm",    "", "BASE"),
+    ("eor",   "Xd|SP, Xn, #bimm",              "0xd2000000", "logic_imm",    "", "BASE"),
+    ("eor",   "Wd|WSP, Wn, #bimm",             "0x52000000", "logic_imm",    "", "BASE"),
+    ("ands",  "Xd, Xn, #bimm",                 "0xf2000000", "logic_imm",    "", "BASE"),
+    ("ands",  "Wd, Wn, #bimm",                 "0x72000000", "logic_imm",    "", "BASE"),
+    ("tst",   "Xn, #bimm",                     "0xf200001f", "logic_imm",    "", "BASE"),
+    ("tst",   "Wn, #bimm",                     "0x7200001f", "logic_imm",    "", "BASE"),
     ("madd",  "Xd, Xn, Xm, Xa",                "0x9b000000", "dp3",          "", "BASE"),
     ("madd",  "Wd, Wn, Wm, Wa",                "0x1b000000", "dp3",          "", "BASE"),
     ("msub",  "Xd, Xn, Xm, Xa",                "0x9b008000", "dp3",          "", "BASE"),
@@ -195,6 +206,19 @@ _ROWS: list[tuple[str, str, str, str, str, str]] = [
     ("str",   "Ht, [Xn|SP, Xm]",               "0x7c206800", "ldst_reg",     "", "ASIMD"),
     ("ldr",   "Bt, [Xn|SP{, #pimm}]",          "0x3d400000", "ldst_pos",     "", "ASIMD"),
     ("str",   "Bt, [Xn|SP{, #pimm}]",          "0x3d000000", "ldst_pos",     "", "ASIMD"),
+    # the unscaled forms by name (ldr/str choose them by themselves for offsets -256..255)
+    ("ldur",  "Xt, [Xn|SP{, #simm}]",          "0xf8400000", "ldst_imm9",    "", "BASE"),
+    ("stur",  "Xt, [Xn|SP{, #simm}]",          "0xf8000000", "ldst_imm9",    "", "BASE"),
+    ("ldur",  "Wt, [Xn|SP{, #simm}]",          "0xb8400000", "ldst_imm9",    "", "BASE"),
+    ("stur",  "Wt, [Xn|SP{, #simm}]",          "0xb8000000", "ldst_imm9",    "", "BASE"),
+    ("ldur",  "Qt, [Xn|SP{, #simm}]",          "0x3cc00000", "ldst_imm9",    "", "ASIMD"),
+    ("stur",  "Qt, [Xn|SP{, #simm}]",          "0x3c800000", "ldst_imm9",    "", "ASIMD"),
+    ("ldur",  "Dt, [Xn|SP{, #simm}]",          "0xfc400000", "ldst_imm9",    "", "ASIMD"),
+    ("stur",  "Dt, [Xn|SP{, #simm}]",          "0xfc000000", "ldst_imm9",    "", "ASIMD"),
+    ("ldur",  "St, [Xn|SP{, #simm}]",          "0xbc400000", "ldst_imm9",    "", "ASIMD"),
+    ("stur",  "St, [Xn|SP{, #simm}]",          "0xbc000000", "ldst_imm9",    "", "ASIMD"),
+    ("ldur",  "Ht, [Xn|SP{, #simm}]",          "0x7c400000", "ldst_imm9",    "", "ASIMD"),
+    ("stur",  "Ht, [Xn|SP{, #simm}]",          "0x7c000000", "ldst_imm9",    "", "ASIMD"),
     # ldp/stp of SIMD registers exist for S, D and Q only (there is no H pair)
     ("ldp",   "Qt, Qt2, [Xn|SP{, #simm}]",     "0xad400000", "ldst_pair",    "", "ASIMD"),
     ("ldp",   "Qt, Qt2, [Xn|SP, #simm]!",      "0xadc00000", "ldst_pair",    "", "ASIMD"),
@@ -243,6 +267,12 @@ _ROWS += [
     ("movi",  "Vd.T, #imm8{, shift}",          "0x0f000400", "asimdimm",     "Q 2s 4s", "ASIMD"),
     ("movi",  "Vd.2d, #bytemask",              "0x6f00e400", "asimdimm",     "", "ASIMD"),
     ("movi",  "Dd, #bytemask",                 "0x2f00e400", "asimdimm",     "", "ASIMD"),
+    ("fmov",  "Vd.T, #fimm",                   "0x0f00f400", "asimdimm",     "Q 2s 4s", "ASIMD"),
+    ("fmov",  "Vd.2d, #fimm",                  "0x6f00f400", "asimdimm",     "", "ASIMD"),
+    ("fmov",  "Vd.T, #fimm",                   "0x0f00fc00", "asimdimm",     "Q 4h 8h", "FP16"),
+    ("fmov",  "Sd, #fimm",                     "0x1e201000", "fpimm",        "", "ASIMD"),
+    ("fmov",  "Dd, #fimm",                     "0x1e601000", "fpimm",        "", "ASIMD"),
+    ("fmov",  "Hd, #fimm",                     "0x1ee01000", "fpimm",        "", "FP16"),
     ("fmov",  "Sd, Wn",                        "0x1e270000", "fpmov",        "", "ASIMD"),
     ("fmov",  "Wd, Sn",                        "0x1e260000", "fpmov",        "", "ASIMD"),
     ("fmov",  "Dd, Xn",                        "0x9e670000", "fpmov",        "", "ASIMD"),
@@ -360,6 +390,20 @@ _ROWS += [
     ("abs",   "Vd.T, Vn.T",                    "0x0e20b800", "asimdsame",    "size:Q 8b 16b 4h 8h 2s 4s 2d", "ASIMD"),
     ("neg",   "Vd.T, Vn.T",                    "0x2e20b800", "asimdsame",    "size:Q 8b 16b 4h 8h 2s 4s 2d", "ASIMD"),
     ("addv",  "Sd, Vn.4s",                     "0x4eb1b800", "asimdsame",    "", "ASIMD"),
+    # reductions across lanes (C4.1.96 "Advanced SIMD across lanes")
+    ("fmaxv",   "Sd, Vn.4s",                   "0x6e30f800", "asimdsame",    "", "ASIMD"),
+    ("fminv",   "Sd, Vn.4s",                   "0x6eb0f800", "asimdsame",    "", "ASIMD"),
+    ("fmaxnmv", "Sd, Vn.4s",                   "0x6e30c800", "asimdsame",    "", "ASIMD"),
+    ("fminnmv", "Sd, Vn.4s",                   "0x6eb0c800", "asimdsame",    "", "ASIMD"),
+    ("fmaxv",   "Hd, Vn.T",                    "0x0e30f800", "asimdsame",    "Q 4h 8h", "FP16"),
+    ("fminv",   "Hd, Vn.T",                    "0x0eb0f800", "asimdsame",    "Q 4h 8h", "FP16"),
+    ("fmaxnmv", "Hd, Vn.T",                    "0x0e30c800", "asimdsame",    "Q 4h 8h", "FP16"),
+    ("fminnmv", "Hd, Vn.T",                    "0x0eb0c800", "asimdsame",    "Q 4h 8h", "FP16"),
+    # scalar precision conversions (C7.2.69 FCVT)
+    ("fcvt",  "Sd, Hn",                        "0x1ee24000", "fpmov",        "", "ASIMD"),
+    ("fcvt",  "Hd, Sn",                        "0x1e23c000", "fpmov",        "", "ASIMD"),
+    ("fcvt",  "Dd, Sn",                        "0x1e22c000", "fpmov",        "", "ASIMD"),
+    ("fcvt",  "Sd, Dn",                        "0x1e624000", "fpmov",        "", "ASIMD"),
     ("faddp", "Sd, Vn.2s",                     "0x7e30d800", "asimdsame",    "", "ASIMD"),
     ("faddp", "Dd, Vn.2d",                     "0x7e70d800", "asimdsame",    "", "ASIMD"),
     # dot product (C7.2.275 SDOT): four int8 products summed into each int32 lane
@@ -411,6 +455,13 @@ for _cond, _code in CONDITIONS.items():
     _ROWS.append((f"b.{_cond}", "label", f"{0x54000000 | _code:#010x}", "branch19", "", "BASE"))
 
 ROWS: tuple[tuple[str, str, str, str, str, str], ...] = tuple(_ROWS)
+
+# Instructions whose first operand is read as well as written (accumulators, bitwise selects,
+# insertions into part of a register), so a register allocator must treat it as live-in.
+READS_DESTINATION = frozenset({
+    "fmla", "fmls", "sdot", "udot", "bsl", "bit", "bif", "ins", "movk", "smlal", "smlal2", "umlal",
+    "umlal2", "sadalp", "uadalp", "fcvtn2", "xtn2", "sqxtn2", "sqxtun2", "uqxtn2",
+})
 
 # Feature names of the table -> the HWCAP names of loopstack.isa.cpu (Linux /proc/cpuinfo spelling)
 FEATURE_HWCAP = {"BASE": None, "ASIMD": "asimd", "FP16": "asimdhp", "DOTPROD": "asimddp"}

@@ -106,6 +106,7 @@ RIP = "rip"
 
 
 _set_attribute = object.__setattr__      # sets what is not a field, past a frozen dataclass's __setattr__
+_new_mem = object.__new__                 # a Mem without __init__ (Mem.with_bits fills every slot)
 _MEM_FIELDS = ("base", "index", "scale", "disp", "bits", "broadcast", "label", "mask")
 
 
@@ -169,7 +170,17 @@ class Mem:
         return "Mem(" + ", ".join(f"{n}={v!r}" for n, v in zip(_MEM_FIELDS, self._fields())) + ")"
 
     def with_bits(self, bits: int) -> "Mem":
-        return Mem(self.base, self.index, self.scale, self.disp, bits, self.broadcast, self.label, self.mask)
+        # the code generator sizes most operands it builds: a copy whose template shape differs
+        # from this one's only in the size field, unless either is no template (then __init__)
+        field = _BITS_FIELD.get(bits) if bits is None or type(bits) is int else None
+        shape = self._template_shape
+        if field is None or shape is NOT_TEMPLATED:
+            return Mem(self.base, self.index, self.scale, self.disp, bits, self.broadcast, self.label, self.mask)
+        m = _new_mem(Mem)
+        m.base, m.index, m.scale, m.disp = self.base, self.index, self.scale, self.disp
+        m.bits, m.broadcast, m.label, m.mask = bits, self.broadcast, self.label, self.mask
+        m._template_shape = shape & ~_BITS_FIELD_MASK | field
+        return m
 
     def bcst(self, element_bits: int = 32) -> "Mem":
         return Mem(self.base, self.index, self.scale, self.disp, element_bits, True, self.label, self.mask)
@@ -267,6 +278,7 @@ for _reg in GPR64:
 _NO_INDEX = 4 << 4
 _SCALE_FIELD = {1: 0 << 8, 2: 1 << 8, 4: 2 << 8, 8: 3 << 8}                        # bits 8-9
 _BITS_FIELD = {b: i << 10 for i, b in enumerate((None, 8, 16, 32, 64, 128, 256, 512))}  # bits 10-12
+_BITS_FIELD_MASK = 7 << 10
 _BROADCAST_BIT = 1 << 13
 for _reg in K:
     _set_attribute(_reg, "_mask_field", (_reg.num + 1) << 14)                      # bits 14-17 (0: none)

@@ -1,0 +1,13 @@
+"""Whole networks (MLP, MobileNetV3-Small, ResNet-18, a BERT encoder layer) through loopstack
+and onnxruntime, one thread: latency, max abs error, time to the first result, peak memory.
+
+    python bench/nets.py [--model NAME]... [--rounds N] [--json FILE]
+
+The same as `loopstack bench --suite nets`; see loopstack/onnx/netbench.py.
+"""
+import sys
+
+from loopstack.onnx.netbench import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The GPU backend: a loop tree computing a GEMM or an NHWC convolution -> an mma.sync PTX kernel.
+
+    compile_ptx(tree, target="sm_90", schedule=None) -> PtxKernel
+
+`schedule` is a `GpuSchedule` (or a dict of its knobs, see `knobs.py`); None takes the
+defaults.  The tree is matched as a contraction (`match.py`), the knobs are checked against
+it, and `emit.py` writes the kernel.  `compile_ms` is the PTX generation time; the driver's
+JIT runs on first launch and is reported as `jit_ms`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ...errors import UnsupportedError
+from ...isa.ptx.mma import mma_for
+from .emit import GemmEmitter
+from .kernel import PtxKernel
+from .knobs import GpuSchedule, schedule_from  # noqa: F401
+from .match import match
+
+TARGETS = ("sm_80", "sm_90")
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """A GPU and the tensor-core schedule to compile for it: `lt.compile(C, target=GpuTarget(...))`."""
+    arch: str = "sm_90"
+    schedule: GpuSchedule = field(default_factory=GpuSchedule)
+
+    @staticmethod
+    def of(arch: str = "sm_90", **knobs) -> "GpuTarget":
+        return GpuTarget(arch, schedule_from(knobs or None))
+
+
+def is_gpu_target(target) -> bool:
+    return isinstance(target, GpuTarget) or (isinstance(target, str) and target.startswith("sm_"))
+
+
+def compile_gpu(tree, target) -> PtxKernel:
+    """compile_ptx for a target name ("sm_90": default knobs) or a GpuTarget."""
+    if isinstance(target, GpuTarget):
+        return compile_ptx(tree, target.arch, target.schedule)
+    return compile_ptx(tree, target)
+
+
+def compile_ptx(tree, target: str = "sm_90", schedule=None) -> PtxKernel:
+    t0 = time.perf_counter()
+    if target not in TARGETS:
+        raise UnsupportedError(f"GPU target {target!r}: one of {', '.join(TARGETS)}")
+    con = match(tree)
+    mma = mma_for(con.dtype)
+    sched = schedule_from(schedule).check(mma, target, con.b_kmajor, con.conv)
+    names = [b.name for b in tree.arguments]
+    dtypes = {b.name: b.dtype for b in tree.buffers}
+    kind = "conv" if con.conv else "gemm"
+    entry = f"loopstack_{kind}_{mma.ab}"
+    em = GemmEmitter(con, sched, mma, target, entry, names, dtypes)
+    ptx = em.emit()
+    if sched.REORDER_INNER and con.conv is None:
+        grid = (-(-con.m // sched.bm), -(-con.n // sched.bn), 1)
+    else:
+        grid = (-(-con.n // sched.bn), -(-con.m // sched.bm), 1)
+    k = PtxKernel(tree, ptx, entry, grid, (sched.threads, 1, 1), em.shared_bytes, sched, con, target)
+    k.compile_ms = (time.perf_counter() - t0) * 1e3
+    return k

@@ -1,0 +1,543 @@
+"""Contraction + GpuSchedule -> PTX text: a multistage cp.async / ldmatrix / mma.sync kernel.
+
+One CTA computes a BM x BN block of C.  Its threads copy the A and B tiles of each k-step
+(BK wide) from global to shared memory with cp.async (zero-filling whatever lies past the
+matrix or in a convolution's padding), `stages` tiles ahead of the tensor cores; each warp
+loads its mma fragments from shared memory with ldmatrix and keeps its block of C in
+registers; the epilogue applies bias / scale / relu and converts on the store, each element
+guarded by its own bounds check (predicated tails).
+
+Sizes are baked into the kernel (one kernel per shape), so every index is computed with
+constants that ptxas strength-reduces.  The kernel's parameters are the device pointers of
+the loop tree's buffers, in `tree.arguments` order.
+"""
+from __future__ import annotations
+
+from ...errors import UnsupportedError
+from ...isa.ptx.builder import Addr, KernelBuilder, Reg, Vec
+from ...looptree.ir import Acc, Binary, Const, Load, Unary
+from .knobs import SMEM_PAD, GpuSchedule
+from .match import Contraction, bias_loads
+
+OUT_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "s32", "int8": "s8"}
+MAX_OFFSET = 2 ** 31 - 1      # byte offsets are computed in 32 bits
+
+
+def _vec_bytes(*row_bytes: int) -> int:
+    """The widest cp.async size (16, 8, 4) dividing every row's length in bytes; 0: none does."""
+    for v in (16, 8, 4):
+        if all(r % v == 0 for r in row_bytes):
+            return v
+    return 0
+
+
+class _Tile:
+    """How one operand's k-step tile lies in shared memory and where its chunks come from."""
+
+    def __init__(self, rows: int, row_elems: int, es: int, vec: int, threads: int):
+        self.rows, self.row_elems, self.es = rows, row_elems, es
+        self.stride = row_elems * es + SMEM_PAD             # bytes per shared row
+        self.vec = vec if vec else es                        # bytes per copy
+        self.per_row = row_elems * es // self.vec
+        self.chunks = rows * self.per_row
+        self.per_thread = -(-self.chunks // threads)
+        self.bytes = rows * self.stride
+
+
+class GemmEmitter:
+    def __init__(self, con: Contraction, sched: GpuSchedule, mma, target: str, name: str, arg_names: list[str],
+                 arg_dtypes: dict):
+        self.c, self.s, self.mma, self.target = con, sched, mma, target
+        self.k = KernelBuilder(name, target)
+        self.args = arg_names
+        self.dtypes = arg_dtypes
+        es = mma.ab_bytes
+        self.es = es
+        self.bm, self.bn, self.bk = sched.bm, sched.bn, sched.bk(mma)
+        T = sched.threads
+        conv = con.conv
+        if conv is not None:
+            a_rows = (conv.c * es,)
+            self.kt_count = (conv.r * conv.s * (conv.c // self.bk)) if sched.REORDER_INNER else -(-con.k // self.bk)
+        else:
+            a_rows = (con.k * es,)
+            self.kt_count = -(-con.k // self.bk)
+        b_rows = (con.n * es,) if con.b_kmajor else (con.k * es,)
+        self.ta = _Tile(self.bm, self.bk, es, _vec_bytes(*a_rows), T)
+        self.tb = (_Tile(self.bk, self.bn, es, _vec_bytes(*b_rows), T) if con.b_kmajor
+                   else _Tile(self.bn, self.bk, es, _vec_bytes(*b_rows), T))
+        self.stage_bytes = self.ta.bytes + self.tb.bytes
+        self.shared_bytes = sched.stages * self.stage_bytes
+        out_elems = con.m * con.n
+        for nbytes in (con.m * con.k * es, con.k * con.n * es, out_elems * 4):
+            if nbytes > MAX_OFFSET:
+                raise UnsupportedError(f"an operand of {nbytes} bytes: the GPU kernels address at most 2 GiB each")
+        if conv is not None and conv.batch * conv.h * conv.w * conv.c * es > MAX_OFFSET:
+            raise UnsupportedError("a convolution input over 2 GiB")
+
+    # ------------------------------------------------------------------ small helpers
+    def u32(self, value=None) -> Reg:
+        r = self.k.reg("u32")
+        if value is not None:
+            self.k.ins("mov.u32", r, value)
+        return r
+
+    def op3(self, opcode, a, b) -> Reg:
+        t = opcode.split(".")[-1]
+        r = self.k.reg({"u32": "u32", "s32": "s32", "u64": "u64", "f32": "f32", "b32": "b32", "pred": "pred"}[t]
+                       if t in ("u32", "s32", "u64", "f32", "b32", "pred") else "u32")
+        self.k.ins(opcode, r, a, b)
+        return r
+
+    def mad(self, a, b, c) -> Reg:
+        r = self.k.reg("u32")
+        self.k.ins("mad.lo.u32", r, a, b, c)
+        return r
+
+    def pred(self, cmp, a, b, typ="u32") -> Reg:
+        p = self.k.reg("pred")
+        self.k.ins(f"setp.{cmp}.{typ}", p, a, b)
+        return p
+
+    def pand(self, a, b) -> Reg:
+        if a is None:
+            return b
+        if b is None:
+            return a
+        p = self.k.reg("pred")
+        self.k.ins("and.pred", p, a, b)
+        return p
+
+    def wide(self, base: Reg, offset32: Reg) -> Reg:
+        """base (u64) + offset32 (u32, bytes)."""
+        r = self.k.reg("u64")
+        self.k.ins("mad.wide.u32", r, offset32, 1, base)
+        return r
+
+    # ------------------------------------------------------------------ the kernel
+    def emit(self) -> str:
+        k, s, c = self.k, self.s, self.c
+        k.comment(f"{'conv' if c.conv else 'gemm'} M={c.m} N={c.n} K={c.k} {c.dtype}->{c.out_dtype} "
+                  f"knobs {s.knobs()} BM={self.bm} BN={self.bn} BK={self.bk}")
+        self.ptrs = {}
+        for name in self.args:
+            k.param("u64", f"p_{name}")
+        for name in self.args:
+            raw = k.ld_param("u64", f"p_{name}")
+            g = k.reg("u64")
+            k.ins("cvta.to.global.u64", g, raw)
+            self.ptrs[name] = g
+        k.extern_shared("smem", 128)
+        self.smem = self.u32("smem")
+        tid = k.special("%tid.x")
+        self.tid = tid
+        self.lane = self.op3("and.b32", tid, 31)
+        self.warp = self.op3("shr.u32", tid, 5)
+        self.wm = self.op3("div.u32", self.warp, s.BLK_COL_WARPS)
+        self.wn = self.op3("rem.u32", self.warp, s.BLK_COL_WARPS)
+        bx, by = k.special("%ctaid.x"), k.special("%ctaid.y")
+        if s.REORDER_INNER and c.conv is None:
+            bx, by = by, bx          # grid x walks M: consecutive CTAs share a panel of B
+        self.m0 = self.op3("mul.lo.u32", by, self.bm)
+        self.n0 = self.op3("mul.lo.u32", bx, self.bn)
+        self.acc = [[k.regs(self.mma.acc, 4) for _ in range(2 * s.WARP_COL_TILES)] for _ in range(s.WARP_ROW_TILES)]
+        zero = 0.0 if self.mma.acc == "f32" else 0
+        for row in self.acc:
+            for frag in row:
+                for r in frag:
+                    k.ins(f"mov.{self.mma.acc}", r, zero)
+        self._loader_setup()
+        self._fragment_setup()
+        self._main_loop()
+        self._epilogue()
+        k.ins("ret")
+        return k.text()
+
+    # ------------------------------------------------------------------ global -> shared copies
+    def _loader_setup(self):
+        """Per thread, per chunk it copies: the row-invariant part of its address and bounds."""
+        k, c, T = self.k, self.c, self.s.threads
+        self.a_chunks, self.b_chunks = [], []
+        for tile, out, is_a in ((self.ta, self.a_chunks, True), (self.tb, self.b_chunks, False)):
+            for i in range(tile.per_thread):
+                idx = self.op3("add.u32", self.tid, i * T)
+                live = self.pred("lt", idx, tile.chunks) if (i + 1) * T > tile.chunks else None
+                row = self.op3("div.u32", idx, tile.per_row)
+                col = self.op3("rem.u32", idx, tile.per_row)
+                col_e = self.op3("mul.lo.u32", col, tile.vec // self.es)          # element within the k-step row
+                soff = self.mad(row, tile.stride, self.op3("mul.lo.u32", col, tile.vec))
+                ch = {"live": live, "soff": soff, "col_e": col_e, "row": row}
+                if is_a:
+                    self._a_rows(ch)
+                elif c.b_kmajor:      # B rows are k: the column is n
+                    n = self.op3("add.u32", self.n0, col_e)
+                    ch["ok"] = self.pand(live, self.pred("lt", n, c.n))
+                    ch["base"] = self.wide(self.ptrs[c.b], self.op3("mul.lo.u32", n, self.es))
+                else:                 # B rows are n
+                    n = self.op3("add.u32", self.n0, row)
+                    ch["ok"] = self.pand(live, self.pred("lt", n, c.n))
+                    nc = self.k.reg("u32")
+                    k.ins("selp.u32", nc, n, 0, ch["ok"])
+                    ch["base"] = self.wide(self.ptrs[c.b], self.op3("mul.lo.u32", nc, c.k * self.es))
+                out.append(ch)
+
+    def _a_rows(self, ch):
+        k, c = self.k, self.c
+        m = self.op3("add.u32", self.m0, ch["row"])
+        ok = self.pand(ch["live"], self.pred("lt", m, c.m))
+        mc = self.k.reg("u32")
+        k.ins("selp.u32", mc, m, 0, ok)        # rows past M read row 0 (and are zero-filled)
+        ch["ok"] = ok
+        g = c.conv
+        if g is None:
+            ch["base"] = self.wide(self.ptrs[c.a], self.op3("mul.lo.u32", mc, c.k * self.es))
+            return
+        hw = g.oh * g.ow
+        b = self.op3("div.u32", mc, hw)
+        pix = self.op3("rem.u32", mc, hw)
+        oh = self.op3("div.u32", pix, g.ow)
+        ow = self.op3("rem.u32", pix, g.ow)
+        ch["ih0"] = self.op3("sub.s32", self.op3("mul.lo.u32", oh, g.stride), g.pad)
+        ch["iw0"] = self.op3("sub.s32", self.op3("mul.lo.u32", ow, g.stride), g.pad)
+        ch["base"] = self.wide(self.ptrs[c.a], self.op3("mul.lo.u32", b, g.h * g.w * g.c * self.es))
+
+    def _k_origin(self, kt: Reg) -> Reg:
+        """The flattened reduction index of the k-step's first column."""
+        c, s = self.c, self.s
+        if c.conv is not None and s.REORDER_INNER:
+            g = c.conv
+            rs = self.op3("rem.u32", kt, g.r * g.s)
+            cb = self.op3("div.u32", kt, g.r * g.s)
+            return self.mad(rs, g.c, self.op3("mul.lo.u32", cb, self.bk))
+        return self.op3("mul.lo.u32", kt, self.bk)
+
+    def _copy(self, tile, ch, stage_off: Reg, gaddr: Reg, ok: Reg):
+        """One chunk: cp.async with zero fill past the bounds, or (narrow rows) a guarded ld/st."""
+        k = self.k
+        dst = self.op3("add.u32", stage_off, ch["soff"])
+        live = ch["live"]            # the thread's last chunk may lie past the tile: no copy at all
+        if tile.vec >= 4:
+            size = self.k.reg("u32")
+            k.ins("selp.u32", size, tile.vec, 0, ok)
+            k.cp_async(Addr(dst), Addr(gaddr), tile.vec, src_size=size, pred=live)
+            return
+        t = {1: "u8", 2: "u16"}[tile.vec]
+        v = self.k.reg("u16")
+        k.ins("mov.b16", v, 0)
+        k.ins(f"ld.global.{t}", v, Addr(gaddr), pred=ok)
+        k.ins(f"st.shared.{t}", Addr(dst), v, pred=live)
+
+    def _load_stage(self, kt: Reg, stage: Reg):
+        """Issue the copies of k-step `kt` into shared stage `stage` (a register 0..stages-1)."""
+        k, c = self.k, self.c
+        base = self.mad(stage, self.stage_bytes, self.smem)
+        b_base = self.op3("add.u32", base, self.ta.bytes)
+        k0 = self._k_origin(kt)
+        # A: rows are m, columns are k
+        for ch in self.a_chunks:
+            kk = self.op3("add.u32", k0, ch["col_e"])
+            if c.conv is None:
+                ok = self.pand(ch["ok"], self.pred("lt", kk, c.k))
+                off = self.k.reg("u32")
+                k.ins("selp.u32", off, self.op3("mul.lo.u32", kk, self.es), 0, ok)
+            else:
+                ok, off = self._conv_a_offset(ch, kk)
+            self._copy(self.ta, ch, base, self.wide(ch["base"], off), ok)
+        # B: rows are k (k-major) or n
+        for ch in self.b_chunks:
+            if c.b_kmajor:
+                kk = self.op3("add.u32", k0, ch["row"])
+                ok = self.pand(ch["ok"], self.pred("lt", kk, c.k))
+                off = self.k.reg("u32")
+                k.ins("selp.u32", off, self.op3("mul.lo.u32", kk, c.n * self.es), 0, ok)
+            else:
+                kk = self.op3("add.u32", k0, ch["col_e"])
+                ok = self.pand(ch["ok"], self.pred("lt", kk, c.k))
+                off = self.k.reg("u32")
+                k.ins("selp.u32", off, self.op3("mul.lo.u32", kk, self.es), 0, ok)
+            self._copy(self.tb, ch, b_base, self.wide(ch["base"], off), ok)
+
+    def _conv_a_offset(self, ch, kk: Reg):
+        """Bounds and byte offset of input element (ih0 + r, iw0 + s, c) for reduction index kk."""
+        k, g, c = self.k, self.c.conv, self.c
+        ok = ch["ok"] if self.s.REORDER_INNER else self.pand(ch["ok"], self.pred("lt", kk, c.k))
+        ci = self.op3("rem.u32", kk, g.c)
+        rs = self.op3("div.u32", kk, g.c)
+        r = self.op3("div.u32", rs, g.s)
+        sx = self.op3("rem.u32", rs, g.s)
+        ih = self.op3("add.s32", ch["ih0"], r)
+        iw = self.op3("add.s32", ch["iw0"], sx)
+        ok = self.pand(ok, self.pred("lt", ih, g.h))        # unsigned: a negative row is huge
+        ok = self.pand(ok, self.pred("lt", iw, g.w))
+        pix = self.mad(ih, g.w, iw)
+        elem = self.mad(pix, g.c, ci)
+        off = self.k.reg("u32")
+        k.ins("selp.u32", off, self.op3("mul.lo.u32", elem, self.es), 0, ok)
+        return ok, off
+
+    # ------------------------------------------------------------------ shared -> fragments -> mma
+    def _fragment_setup(self):
+        """Each lane's ldmatrix row address within a stage (the warp's block, the lane's row)."""
+        s, lane = self.s, self.lane
+        q = self.op3("shr.u32", lane, 3)
+        r8 = self.op3("and.b32", lane, 7)
+        q_lo = self.op3("and.b32", q, 1)
+        q_hi = self.op3("shr.u32", q, 1)
+        # A: matrix q covers rows (q&1)*8.., bytes (q>>1)*16..
+        a_row = self.mad(self.wm, 16 * s.WARP_ROW_TILES, self.mad(q_lo, 8, r8))
+        self.a_lane = self.mad(a_row, self.ta.stride, self.op3("mul.lo.u32", q_hi, 16))
+        warp_n = self.op3("mul.lo.u32", self.wn, 16 * s.WARP_COL_TILES)
+        if self.c.b_kmajor and self.es == 2:
+            # .trans: matrix q covers k rows (q&1)*8.., n columns (q>>1)*8..
+            k_row = self.mad(q_lo, 8, r8)
+            n_col = self.mad(q_hi, 8, warp_n)
+            self.b_lane = self.mad(k_row, self.tb.stride, self.op3("mul.lo.u32", n_col, self.es))
+        elif self.c.b_kmajor:
+            # s8 with k-major B: ldmatrix cannot transpose bytes; each lane gathers its 4 bytes
+            g = self.op3("shr.u32", lane, 2)
+            t = self.op3("and.b32", lane, 3)
+            self.b_lane = self.mad(self.op3("mul.lo.u32", t, 4), self.tb.stride, self.op3("add.u32", warp_n, g))
+        else:
+            # B rows are n: matrix q covers n rows (q>>1)*8.., bytes (q&1)*16..
+            n_row = self.mad(q_hi, 8, self.op3("add.u32", warp_n, r8))
+            self.b_lane = self.mad(n_row, self.tb.stride, self.op3("mul.lo.u32", q_lo, 16))
+
+    def _compute_stage(self, stage: Reg):
+        k, s, mma = self.k, self.s, self.mma
+        base = self.mad(stage, self.stage_bytes, self.smem)
+        a_addr = self.op3("add.u32", base, self.a_lane)
+        b_addr = self.op3("add.u32", self.op3("add.u32", base, self.ta.bytes), self.b_lane)
+        kbytes = mma.k * self.es                    # bytes of one k-step in a row (32)
+        for kk in range(s.CHUNK):
+            afr = []
+            for i in range(s.WARP_ROW_TILES):
+                regs = k.regs("b32", 4)
+                k.ldmatrix(regs, Addr(a_addr, i * 16 * self.ta.stride + kk * kbytes))
+                afr.append(regs)
+            bfr = []      # two n8 fragments per 16-wide tile
+            for j in range(s.WARP_COL_TILES):
+                regs = k.regs("b32", 4)
+                if self.c.b_kmajor and self.es == 2:
+                    k.ldmatrix(regs, Addr(b_addr, kk * mma.k * self.tb.stride + j * 16 * self.es), trans=True)
+                elif self.c.b_kmajor:
+                    self._gather_b_s8(regs, b_addr, kk * mma.k * self.tb.stride + j * 16)
+                else:
+                    k.ldmatrix(regs, Addr(b_addr, j * 16 * self.tb.stride + kk * kbytes))
+                bfr += [regs[0:2], regs[2:4]]
+            for i in range(s.WARP_ROW_TILES):
+                for jj in range(2 * s.WARP_COL_TILES):
+                    acc = self.acc[i][jj]
+                    k.mma(mma, acc, afr[i], bfr[jj], acc)
+
+    def _gather_b_s8(self, regs, b_addr: Reg, off: int):
+        """B fragments of a 32x16 s8 tile stored k-major: reg 2h+r holds k = 4t+q+16r, n = g+8h."""
+        k, stride = self.k, self.tb.stride
+        for h in range(2):
+            for r in range(2):
+                dst = regs[2 * h + r]
+                for q in range(4):
+                    byte = self.k.reg("u32")
+                    k.ins("ld.shared.u8", byte, Addr(b_addr, off + (q + 16 * r) * stride + 8 * h))
+                    if q == 0:
+                        k.ins("mov.b32", dst, byte)
+                    else:
+                        k.ins("shl.b32", byte, byte, 8 * q)
+                        k.ins("or.b32", dst, dst, byte)
+
+    def _main_loop(self):
+        """The software pipeline: stages-1 k-steps in flight while one is multiplied."""
+        k, S, KT = self.k, self.s.stages, self.kt_count
+        if S == 1:
+            kt = self.u32(0)
+            top = k.label("k")
+            k.place(top)
+            zero = self.u32(0)
+            self._load_stage(kt, zero)
+            k.cp_async_commit()
+            k.cp_async_wait(0)
+            k.bar_sync()
+            self._compute_stage(zero)
+            k.bar_sync()
+            k.ins("add.u32", kt, kt, 1)
+            more = self.pred("lt", kt, KT)
+            k.ins("bra.uni", top, pred=more)
+            return
+        for st in range(S - 1):
+            if st < KT:
+                self._load_stage(self.u32(st), self.u32(st))
+            k.cp_async_commit()
+        kt, rd, wr = self.u32(0), self.u32(0), self.u32(S - 1)
+        top = k.label("k")
+        k.place(top)
+        k.cp_async_wait(S - 2)
+        k.bar_sync()
+        nxt = self.op3("add.u32", kt, S - 1)
+        skip = k.label("skip")
+        k.ins("bra.uni", skip, pred=self.pred("ge", nxt, KT))
+        self._load_stage(nxt, wr)
+        k.place(skip)
+        k.cp_async_commit()
+        self._compute_stage(rd)
+        for r in (rd, wr):             # advance the ring
+            k.ins("add.u32", r, r, 1)
+            k.ins("selp.u32", r, 0, r, self.pred("eq", r, S))
+        k.ins("add.u32", kt, kt, 1)
+        k.ins("bra.uni", top, pred=self.pred("lt", kt, KT))
+        k.cp_async_wait(0)
+
+    # ------------------------------------------------------------------ epilogue
+    def _epilogue(self):
+        k, s, c = self.k, self.s, self.c
+        g = self.op3("shr.u32", self.lane, 2)
+        t = self.op3("and.b32", self.lane, 3)
+        row0 = self.op3("add.u32", self.m0, self.mad(self.wm, 16 * s.WARP_ROW_TILES, g))
+        col0 = self.op3("add.u32", self.n0, self.mad(self.wn, 16 * s.WARP_COL_TILES, self.op3("mul.lo.u32", t, 2)))
+        ot = OUT_TYPES.get(c.out_dtype)
+        if ot is None:
+            raise UnsupportedError(f"GPU kernels store float32, float16, bfloat16, int32 or int8, not {c.out_dtype}")
+        osz = {"f32": 4, "s32": 4, "f16": 2, "bf16": 2, "s8": 1}[ot]
+        out = self.ptrs[c.out]
+        pair = c.n % 2 == 0           # col is even: both elements in bounds or neither
+        for jj in range(2 * s.WARP_COL_TILES):
+            col = self.op3("add.u32", col0, jj * 8)
+            cok = [self.pred("lt", col, c.n), self.pred("lt", col, c.n - 1)]
+            loads = {}
+            for ld in bias_loads(c.init, c.post):
+                loads[ld] = [self._load_vec(ld, col, e, cok[e]) for e in range(2)]
+            for i in range(s.WARP_ROW_TILES):
+                for h in range(2):
+                    row = self.op3("add.u32", row0, i * 16 + 8 * h)
+                    rok = self.pred("lt", row, c.m)
+                    vals = [self._value(self.acc[i][jj][2 * h + e], ot, {ld: v[e] for ld, v in loads.items()})
+                            for e in range(2)]
+                    addr = self.wide(out, self.mad(row, c.n * osz, self.op3("mul.lo.u32", col, osz)))
+                    self._store(ot, addr, vals, [self.pand(rok, cok[0]), self.pand(rok, cok[1])], pair)
+
+    def _load_vec(self, ld: Load, col: Reg, e: int, ok: Reg):
+        """Element col+e of an epilogue vector (bias), as the epilogue's compute type."""
+        k = self.k
+        buf = ld.access.buffer
+        dt = self.dtypes[buf]
+        es = {"float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int8": 1}.get(dt)
+        if es is None:
+            raise UnsupportedError(f"epilogue vector {buf} of {dt}")
+        addr = self.wide(self.ptrs[buf], self.op3("mul.lo.u32", self.op3("add.u32", col, e), es))
+        ct = self._compute_type()
+        if dt in ("float32", "int32"):
+            r = k.reg("f32" if dt == "float32" else "s32")
+            k.ins(f"mov.{'f32' if dt == 'float32' else 's32'}", r, 0.0 if dt == "float32" else 0)
+            k.ins(f"ld.global.{'f32' if dt == 'float32' else 's32'}", r, Addr(addr), pred=ok)
+            if (ct == "f32") == (dt == "float32"):
+                return r
+            return self._cvt(r, ct)
+        if dt == "int8":
+            r = k.reg("s32")
+            k.ins("mov.s32", r, 0)
+            k.ins("ld.global.s8", r, Addr(addr), pred=ok)
+            return r if ct == "s32" else self._cvt(r, ct)
+        h = k.reg("b16")
+        k.ins("mov.b16", h, 0)
+        k.ins("ld.global.b16", h, Addr(addr), pred=ok)
+        f = k.reg("f32")
+        k.ins(f"cvt.f32.{'f16' if dt == 'float16' else 'bf16'}", f, h)
+        return f if ct == "f32" else self._cvt(f, ct)
+
+    def _compute_type(self) -> str:
+        return "f32" if self.c.out_dtype in ("float32", "float16", "bfloat16") or self.mma.acc == "f32" else "s32"
+
+    def _cvt(self, r: Reg, to: str) -> Reg:
+        d = self.k.reg(to)
+        if to == "f32":
+            self.k.ins(f"cvt.rn.f32.{r.type}", d, r)
+        else:
+            self.k.ins(f"cvt.rzi.{to}.{r.type}" if r.type == "f32" else f"cvt.{to}.{r.type}", d, r)   # C truncates
+        return d
+
+    def _value(self, acc: Reg, ot: str, loads: dict) -> Reg:
+        """One output element before its store: acc (+ init), then, when an epilogue follows,
+        the value as stored (loopstack's semantics: post reads the stored value back)."""
+        c = self.c
+        v = acc
+        if c.init is not None:
+            v = self._post(Binary("add", Acc(), c.init), acc, loads)
+        if c.post is None:
+            return v
+        return self._post(c.post, self._as_stored(v, ot), loads)
+
+    def _as_stored(self, v: Reg, ot: str) -> Reg:
+        """v converted to the output type and back to the compute type."""
+        k = self.k
+        if ot in ("f16", "bf16"):
+            h, f = k.reg("b16"), k.reg("f32")
+            k.ins(f"cvt.rn.{ot}.f32", h, v if v.type == "f32" else self._cvt(v, "f32"))
+            k.ins(f"cvt.f32.{ot}", f, h)
+            return f if self._compute_type() == "f32" else self._cvt(f, "s32")
+        if ot == "s8":
+            return self._wrap8(v if v.type == "s32" else self._cvt(v, "s32"))
+        if ot == "s32" and v.type == "f32":
+            return self._cvt(self._cvt(v, "s32"), "f32")
+        return v
+
+    def _wrap8(self, v: Reg) -> Reg:
+        """The low byte of v, sign-extended: C's int32 -> int8 conversion."""
+        w = self.k.reg("s32")
+        self.k.ins("shl.b32", w, v, 24)
+        self.k.ins("shr.s32", w, w, 24)
+        return w
+
+    def _post(self, e, acc: Reg, loads: dict) -> Reg:
+        """The epilogue expression for one element, in the compute type (f32, or s32 for int outputs)."""
+        if e is None:
+            return acc
+        ct = self._compute_type()
+        k = self.k
+        if isinstance(e, Acc):
+            return acc if acc.type == ct else self._cvt(acc, ct)
+        if isinstance(e, Load):
+            return loads[e]
+        if isinstance(e, Const):
+            r = k.reg(ct)
+            if ct == "s32" and float(e.value) != int(e.value):
+                raise UnsupportedError(f"constant {e.value} in an integer epilogue")
+            k.ins(f"mov.{ct}", r, float(e.value) if ct == "f32" else int(e.value))
+            return r
+        if isinstance(e, Unary):
+            x = self._post(e.x, acc, loads)
+            r = k.reg(ct)
+            if e.op == "relu":
+                k.ins(f"max.{ct}", r, x, 0.0 if ct == "f32" else 0)
+            else:
+                k.ins(f"neg.{ct}", r, x)
+            return r
+        a, b = self._post(e.a, acc, loads), self._post(e.b, acc, loads)
+        r = k.reg(ct)
+        op = "mul.lo" if (e.op, ct) == ("mul", "s32") else e.op
+        k.ins(f"{op}.{ct}", r, a, b)
+        return r
+
+    def _store(self, ot: str, addr: Reg, vals: list[Reg], oks: list[Reg], pair: bool):
+        k = self.k
+        if ot in ("f16", "bf16"):
+            hs = []
+            for v in vals:
+                h = k.reg("b16")
+                k.ins(f"cvt.rn.{ot}.f32", h, v if v.type == "f32" else self._cvt(v, "f32"))
+                hs.append(h)
+            if pair:
+                w = k.reg("b32")
+                k.ins("mov.b32", w, Vec(tuple(hs)))
+                k.ins("st.global.b32", Addr(addr), w, pred=oks[0])
+            else:
+                for e in range(2):
+                    k.ins("st.global.b16", Addr(addr, 2 * e), hs[e], pred=oks[e])
+            return
+        if ot == "s8":               # st.s8 stores the low byte: int8 wraps, as C's conversion does
+            for e, v in enumerate(vals):
+                k.ins("st.global.s8", Addr(addr, e), v if v.type == "s32" else self._cvt(v, "s32"), pred=oks[e])
+            return
+        vals = [v if v.type == ot else self._cvt(v, ot) for v in vals]
+        if pair:
+            k.ins(f"st.global.v2.{ot}", Addr(addr), Vec(tuple(vals)), pred=oks[0])
+        else:
+            for e in range(2):
+                k.ins(f"st.global.{ot}", Addr(addr, 4 * e), vals[e], pred=oks[e])

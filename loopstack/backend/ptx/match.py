@@ -1,0 +1,224 @@
+"""Recognise the contraction a loop tree computes: a GEMM or an NHWC convolution.
+
+The GPU backend maps a loop tree onto the tensor cores when its one statement is
+
+    out[m, n]           += A[m, k] * B[k, n]    (or B[n, k])                         GEMM
+    out[b, oh, ow, n]   += X[b, oh*st + r - pad, ow*st + s - pad, c] * W[r, s, c, n] conv (b optional)
+
+with `init identity` or a per-column `init v[n]` (a bias), and an optional epilogue `post`
+built from the accumulator, constants, per-column loads and add/sub/mul/max/min/relu/neg.
+As everywhere in loopstack, `post` sees the value as stored (rounded to f16/bf16, or
+wrapped to int8 as C's conversion does) and its result is converted again when stored.  The convolution is an
+implicit GEMM: M = b*oh*ow, N = output channels, K = r*s*c in that order.  Anything else is
+an UnsupportedError naming what differs; the loop order of the tree does not matter (the
+GPU schedule is given by its knobs, see `knobs.py`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ...errors import UnsupportedError
+from ...looptree.ir import Acc, Binary, Compute, Const, Load, Loop, LoopTree, Unary
+
+POST_UNARY = ("relu", "neg")
+POST_BINARY = ("add", "sub", "mul", "max", "min")
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    batch: int
+    h: int          # input height and width (unpadded)
+    w: int
+    c: int          # input channels
+    r: int          # filter height and width
+    s: int
+    oh: int
+    ow: int
+    stride: int
+    pad: int
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """C[M, N] = A[M, K] . B[K, N] with an epilogue; `conv` set for an implicit GEMM."""
+    m: int
+    n: int
+    k: int
+    dtype: str              # of A and B
+    out_dtype: str
+    a: str                  # buffer names
+    b: str
+    out: str
+    b_kmajor: bool          # B indexed [k, n] (True) or [n, k]
+    post: object            # the epilogue expression over Acc, or None
+    init: object = None     # the reduction's start (a Load of a bias), None for zero
+    conv: ConvGeometry | None = None
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+def _computes(body, out):
+    for node in body:
+        if isinstance(node, Compute):
+            out.append(node)
+        elif isinstance(node, Loop):
+            _computes(node.body, out)
+    return out
+
+
+def _dim(aff) -> str | None:
+    """The dimension an index is, when it is exactly one dimension with coefficient 1."""
+    if aff.const == 0 and len(aff.terms) == 1 and aff.terms[0][1] == 1 and not aff.terms[0][0].startswith("@"):
+        return aff.terms[0][0]
+    return None
+
+
+def _no(why: str):
+    raise UnsupportedError(f"the GPU backend runs GEMMs and NHWC convolutions on tensor cores; this tree {why}")
+
+
+def match(tree: LoopTree) -> Contraction:
+    comps = _computes(tree.body, [])
+    if len(comps) != 1:
+        _no(f"has {len(comps)} statements (one contraction expected)")
+    st = comps[0]
+    if st.reduce != "add" or st.init is None:
+        _no(f"reduces with {st.reduce!r}, init {st.init!r} (a sum from zero or a bias expected)")
+    init = None if st.init == "identity" else st.init
+    e = st.expr
+    if not (isinstance(e, Binary) and e.op == "mul" and isinstance(e.a, Load) and isinstance(e.b, Load)):
+        _no("does not multiply two loads")
+    bufs = {b.name: b for b in tree.buffers}
+    for b in tree.buffers:
+        row_major = tuple(int(x) for x in _row_major(b.shape))
+        if b.strides and tuple(b.strides) != row_major:
+            _no(f"has buffer {b.name} with strides {b.strides} (row-major expected)")
+    dims = dict(tree.dims)
+    out = bufs[st.out.buffer]
+    oidx = [_dim(a) for a in st.out.index]
+    if None in oidx:
+        _no(f"writes {out.name} at a computed index")
+    x, w = e.a.access, e.b.access
+    da, db = bufs[x.buffer].dtype, bufs[w.buffer].dtype
+    if da != db:
+        _no(f"multiplies {da} by {db}")
+    if len(oidx) == 2:
+        con = _gemm(st, x, w, oidx, dims, bufs, out)
+    elif len(oidx) in (3, 4):
+        con = _conv(st, x, w, oidx, dims, bufs, out)
+    else:
+        _no(f"writes a {len(oidx)}-d output")
+    con = replace(con, init=init)
+    _check_post(init, con, bufs, oidx[-1])
+    _check_post(st.post, con, bufs, oidx[-1])
+    return con
+
+
+def _row_major(shape):
+    st, acc = [], 1
+    for s in reversed(shape):
+        st.append(acc)
+        acc *= s
+    return tuple(reversed(st))
+
+
+def _gemm(st, x, w, oidx, dims, bufs, out) -> Contraction:
+    m, n = oidx
+    xi, wi = [_dim(a) for a in x.index], [_dim(a) for a in w.index]
+    if None in xi or None in wi or x.zero_pad or w.zero_pad:
+        _no("reads an operand at a computed index")
+    if xi[0] != m:                      # the operand indexed by m is A
+        x, w, xi, wi = w, x, wi, xi
+    if len(xi) != 2 or xi[0] != m or len(wi) != 2:
+        _no("is not a matrix product out[m, n] += A[m, k] * B[k, n]")
+    k = xi[1]
+    if wi == [k, n]:
+        kmajor = True
+    elif wi == [n, k]:
+        kmajor = False
+    else:
+        _no(f"indexes B as [{', '.join(wi)}] (expected [{k}, {n}] or [{n}, {k}])")
+    return Contraction(dims[m], dims[n], dims[k], bufs[x.buffer].dtype, out.dtype, x.buffer, w.buffer,
+                       out.name, kmajor, st.post)
+
+
+def _conv(st, x, w, oidx, dims, bufs, out) -> Contraction:
+    xb, wb = bufs[x.buffer], bufs[w.buffer]
+    if len(w.index) != 4:
+        x, w, xb, wb = w, x, wb, xb
+    batch_dim = oidx[0] if len(oidx) == 4 else None
+    oh, ow, n = oidx[-3:]
+    wi = [_dim(a) for a in w.index]
+    if None in wi or len(wi) != 4 or wi[3] != n or w.zero_pad:
+        _no("is not a convolution with weights W[r, s, c, k]")
+    r, s, c = wi[:3]
+    if len(x.index) != len(oidx):
+        _no("reads an input of another rank than its output")
+    if batch_dim is not None and _dim(x.index[0]) != batch_dim:
+        _no("does not keep the batch index of the input")
+    hi, wid, ci = x.index[-3:]
+    if _dim(ci) != c:
+        _no("does not read the input channels innermost (NHWC expected)")
+    geo = []
+    for aff, o, f in ((hi, oh, r), (wid, ow, s)):
+        terms = dict(aff.terms)
+        if set(terms) != {o, f} or terms[f] != 1:
+            _no(f"indexes the input spatially as {aff} (o*stride + r - pad expected)")
+        geo.append((terms[o], -aff.const))
+    (sth, ph), (stw, pw) = geo
+    if sth != stw or ph != pw or ph < 0:
+        _no("has different strides or paddings along h and w")
+    if ph and not x.zero_pad:
+        _no("reads a padded input without zero padding")
+    xs = xb.shape
+    batch = xs[0] if batch_dim is not None else 1
+    geom = ConvGeometry(batch, xs[-3], xs[-2], xs[-1], dims[r], dims[s], dims[oh], dims[ow], sth, ph)
+    if xs[-1] != dims[c]:
+        _no("reads a part of the input channels")
+    return Contraction(batch * dims[oh] * dims[ow], dims[n], dims[r] * dims[s] * dims[c], xb.dtype, out.dtype,
+                       x.buffer, w.buffer, out.name, True, st.post, conv=geom)
+
+
+def bias_loads(*exprs) -> list[Load]:
+    """The loads of an init and an epilogue, in first-use order."""
+    found: list[Load] = []
+
+    def walk(e):
+        if isinstance(e, Load) and e not in found:
+            found.append(e)
+        elif isinstance(e, Unary):
+            walk(e.x)
+        elif isinstance(e, Binary):
+            walk(e.a)
+            walk(e.b)
+    for e in exprs:
+        if e is not None:
+            walk(e)
+    return found
+
+
+def _check_post(post, con: Contraction, bufs, n_dim: str) -> None:
+    if post is None:
+        return
+
+    def walk(e):
+        if isinstance(e, (Acc, Const)):
+            return
+        if isinstance(e, Unary):
+            if e.op not in POST_UNARY:
+                _no(f"has epilogue op {e.op} (supported: {', '.join(POST_UNARY + POST_BINARY)})")
+            return walk(e.x)
+        if isinstance(e, Binary):
+            if e.op not in POST_BINARY:
+                _no(f"has epilogue op {e.op} (supported: {', '.join(POST_UNARY + POST_BINARY)})")
+            walk(e.a)
+            return walk(e.b)
+        if isinstance(e, Load):
+            b = bufs[e.access.buffer]
+            if len(b.shape) != 1 or _dim(e.access.index[0]) != n_dim or e.access.zero_pad:
+                _no(f"reads {b.name}{list(b.shape)} in its epilogue (a vector over the columns expected)")
+            return
+        _no(f"has an epilogue node {type(e).__name__}")
+    walk(post)

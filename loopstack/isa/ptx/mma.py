@@ -1,0 +1,111 @@
+"""The mma.sync forms loopstack emits, one row each, with their fragment layouts.
+
+A row is the single source of truth for an mma form: the emitter builds its instruction
+text and its operand registers from it, and the SIMT reference interpreter can import the
+same layouts to scatter and gather fragments.  Each layout maps (lane, i) -> (row, col) of
+the operand's tile, where i counts a thread's elements from the low half (f16) or low byte
+(s8) of its first register (PTX ISA "Matrix fragments for mma.m16n8k16 / m16n8k32"; checked
+on an H100, see the platform notes).  A is row-major (row = m, col = k), B is described as
+(row = k, col = n), C/D as (row = m, col = n).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ...errors import UnsupportedError
+
+Layout = Callable[[int, int], tuple[int, int]]
+
+
+def _f16_a(lane: int, i: int) -> tuple[int, int]:
+    g, t = lane >> 2, lane & 3
+    return g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >> 2)
+
+
+def _f16_b(lane: int, i: int) -> tuple[int, int]:
+    g, t = lane >> 2, lane & 3
+    return 2 * t + (i & 1) + 8 * (i >> 1), g
+
+
+def _acc(lane: int, i: int) -> tuple[int, int]:
+    g, t = lane >> 2, lane & 3
+    return g + 8 * (i >> 1), 2 * t + (i & 1)
+
+
+def _s8_a(lane: int, i: int) -> tuple[int, int]:
+    g, t = lane >> 2, lane & 3
+    return g + 8 * ((i >> 2) & 1), 4 * t + (i & 3) + 16 * (i >> 3)
+
+
+def _s8_b(lane: int, i: int) -> tuple[int, int]:
+    g, t = lane >> 2, lane & 3
+    return 4 * t + (i & 3) + 16 * (i >> 2), g
+
+
+@dataclass(frozen=True)
+class MmaShape:
+    """One mma.sync form: shape, element types, registers per thread and fragment layouts."""
+
+    shape: str            # "m16n8k16"
+    ab: str               # PTX type of A and B elements: "f16", "bf16", "s8"
+    acc: str              # PTX type of C and D: "f32", "s32"
+    m: int
+    n: int
+    k: int
+    regs: tuple[int, int, int]   # 32-bit registers per thread for A, B, C/D
+    a_layout: Layout
+    b_layout: Layout
+    c_layout: Layout
+
+    @property
+    def ab_bytes(self) -> int:
+        return 1 if self.ab in ("s8", "u8") else 2
+
+    @property
+    def per_reg(self) -> int:
+        """A/B elements packed into one 32-bit register."""
+        return 4 // self.ab_bytes
+
+    @property
+    def acc_reg_type(self) -> str:
+        return self.acc   # "f32" or "s32": one element per register
+
+    def elements(self, operand: str) -> int:
+        """Elements of `operand` ("a", "b", "c") that one thread holds."""
+        ra, rb, rc = self.regs
+        return {"a": ra * self.per_reg, "b": rb * self.per_reg, "c": rc}[operand]
+
+    def layout(self, operand: str) -> Layout:
+        return {"a": self.a_layout, "b": self.b_layout, "c": self.c_layout}[operand]
+
+    def opcode(self) -> str:
+        """The instruction's full name, e.g. mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32."""
+        return f"mma.sync.aligned.{self.shape}.row.col.{self.acc}.{self.ab}.{self.ab}.{self.acc}"
+
+    def __post_init__(self):
+        # every (lane, i) must land on a distinct element of each tile, covering it exactly
+        for op, (rows, cols) in (("a", (self.m, self.k)), ("b", (self.k, self.n)), ("c", (self.m, self.n))):
+            seen = {self.layout(op)(lane, i) for lane in range(32) for i in range(self.elements(op))}
+            if len(seen) != rows * cols or not all(0 <= r < rows and 0 <= c < cols for r, c in seen):
+                raise ValueError(f"MmaShape {self.shape}.{self.ab}: the {op} layout does not tile {rows}x{cols}")
+
+
+MMA_SHAPES: tuple[MmaShape, ...] = (
+    MmaShape("m16n8k16", "f16", "f32", 16, 8, 16, (4, 2, 4), _f16_a, _f16_b, _acc),
+    MmaShape("m16n8k16", "bf16", "f32", 16, 8, 16, (4, 2, 4), _f16_a, _f16_b, _acc),
+    MmaShape("m16n8k32", "s8", "s32", 16, 8, 32, (4, 2, 4), _s8_a, _s8_b, _acc),
+)
+
+# numpy dtype names of the inputs -> PTX element type of the mma form
+_BY_DTYPE = {"float16": "f16", "bfloat16": "bf16", "int8": "s8"}
+
+
+def mma_for(dtype: str) -> MmaShape:
+    """The mma.sync form that multiplies inputs of numpy dtype `dtype`."""
+    ab = _BY_DTYPE.get(dtype)
+    for row in MMA_SHAPES:
+        if row.ab == ab:
+            return row
+    raise UnsupportedError(f"no mma.sync form multiplies {dtype} inputs "
+                           f"(supported: {', '.join(_BY_DTYPE)})")

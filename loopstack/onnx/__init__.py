@@ -1,0 +1,27 @@
+"""ONNX models in loopstack: import, whole-model compile, the ONNX backend API.
+
+    import loopstack as lt
+    net = lt.onnx.load("model.onnx")               # a loopstack network, shapes inferred
+    model = lt.onnx.compile("model.onnx")          # compiled, layer by layer
+    y = model(x)                                   # or model.run({"input": x}) -> {name: array}
+    print(model.compile_ms); print(model.summary())
+
+Needs the `onnx` package (`pip install loopstack[onnx]`); it is imported on first use.
+"""
+from __future__ import annotations
+
+from ..errors import UnsupportedError  # noqa: F401
+
+
+def load(model, input_shapes=None, constants=None, target=None, passes=True):
+    """An ONNX model (path or ModelProto) as a loopstack network (see graph.load)."""
+    from .graph import load as _load
+
+    return _load(model, input_shapes=input_shapes, constants=constants, target=target, passes=passes)
+
+
+def compile(model, target=None, input_shapes=None, constants=None, passes=True):  # noqa: A001
+    """A callable compiled model of an ONNX model (path, ModelProto or loaded network)."""
+    from .model import compile_model
+
+    return compile_model(model, target=target, input_shapes=input_shapes, constants=constants, passes=passes)

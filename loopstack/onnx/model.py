@@ -1,0 +1,206 @@
+"""A compiled network: one kernel per layer, buffers planned by liveness, one call to run.
+
+    model = lt.onnx.compile("resnet18.onnx")
+    y = model(x)                      # the single input -> the single (or first) output
+    outs = model.run({"input": x})    # {output name: array}
+    model.compile_ms                  # from the file to a runnable model
+    print(model.summary())            # per layer: schedule origin, GFLOPS, share of time
+
+Each layer compiles like any DSL tensor: with the tuning database's best schedule for its
+program when one was recorded, else loopstack's default schedule (`tune.defaults`), else
+(when the default cannot schedule it) the loops as written. Layers of the same program
+(the same shapes) share one compiled kernel through the frontend's compile cache.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ArgumentError, LoopstackError
+from .graph import NetGraph, load
+from .memory import Interval, plan
+
+log = logging.getLogger("loopstack.onnx")
+
+
+@dataclass
+class CompiledLayer:
+    name: str
+    ops: tuple
+    kernel: object
+    args: list          # per kernel input: ("buffer", name, shape) | ("const", array)
+    out: str
+    shape: tuple
+    schedule: str       # "tuned" | "default" | "unscheduled"
+    flops: int
+    seconds: float = 0.0
+
+
+def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
+    from ..frontend.run import compiled
+    from ..tune.defaults import chosen_schedule
+
+    t = layer.tensor
+    try:
+        tree, origin = chosen_schedule(t, target)
+    except Exception as e:   # noqa: BLE001 - a schedule generator's gap must not stop the model
+        log.info("layer %s: no default schedule (%s: %s); compiled unscheduled", layer.name, type(e).__name__, e)
+        tree, origin = None, "unscheduled"
+    kernel = None
+    if tree is not None:
+        try:
+            t.set(tree)
+            kernel, reads, (shape, _) = compiled(t, target)
+        except LoopstackError as e:
+            log.info("layer %s: its %s schedule does not compile (%s); compiled unscheduled", layer.name, origin, e)
+            t._schedule, origin = None, "unscheduled"
+    if kernel is None:
+        kernel, reads, (shape, _) = compiled(t, target)
+    args = []
+    for r in reads:
+        if id(r) in net.reads:
+            buf, rshape, _ = net.reads[id(r)]
+            args.append(("buffer", buf, rshape))
+        else:
+            args.append(("const", r.data))
+    if tuple(shape) != tuple(layer.shape):
+        raise LoopstackError(f"layer {layer.name}: the kernel writes {tuple(shape)}, the network expects "
+                             f"{tuple(layer.shape)}")
+    return CompiledLayer(layer.name, layer.ops, kernel, args, layer.out, tuple(layer.shape), origin, kernel.flops)
+
+
+class CompiledModel:
+    def __init__(self, net: NetGraph, target=None, load_ms: float = 0.0):
+        from ..backend.kernel_base import empty_aligned
+
+        t0 = time.perf_counter()
+        self.net = net
+        self.target = target
+        self.layers = [_compile_layer(L, net, target) for L in net.layers]
+        self.input_names = [n for n, _ in net.inputs]
+        self.output_names = [n for n, _, _ in net.outputs]
+        self._input_shapes = dict(net.inputs)
+        outputs = {ref[1] for _, ref, _ in net.outputs if ref[0] == "buffer"}
+        # liveness of the intermediate buffers (graph inputs and outputs live outside the arena)
+        first, last = {}, {}
+        for step, L in enumerate(self.layers):
+            first.setdefault(L.out, step)
+            last[L.out] = max(last.get(L.out, step), step)
+            for a in L.args:
+                if a[0] == "buffer":
+                    last[a[1]] = step
+        self.intervals = [Interval(b, 4 * int(np.prod(net.buffers[b])), first[b], last[b])
+                          for b in first if b not in outputs]
+        self.offsets, self.arena_bytes = plan(self.intervals)
+        self._arena = empty_aligned((max(self.arena_bytes, 64) // 4,), np.float32)
+        # every array a kernel sees is made once, here: a kernel called again with the same
+        # array objects skips its argument checks and pointer set-up
+        self._views = {b: self._arena[off // 4: off // 4 + int(np.prod(net.buffers[b]))]
+                       for b, off in self.offsets.items()}
+        self._store = dict(self._views)
+        for name, shape in net.inputs:
+            self._store[f"in:{name}"] = empty_aligned(tuple(shape), np.float32)
+        for L in self.layers:
+            if L.out not in self._store:      # graph outputs: their own memory
+                self._store[L.out] = empty_aligned(L.shape, np.float32)
+        self._calls = []
+        for L in self.layers:
+            args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]
+            self._calls.append((L, tuple(args) + (self._store[L.out].reshape(L.shape),)))
+        self.compile_ms = load_ms + (time.perf_counter() - t0) * 1e3
+        self.profile = False
+
+    # ------------------------------------------------------------------ running
+    def _take_inputs(self, feeds: dict) -> None:
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise ArgumentError(f"missing input(s) {', '.join(missing)}; the model takes "
+                                f"{', '.join(self.input_names)}")
+        unknown = [n for n in feeds if n not in self._input_shapes]
+        if unknown:
+            raise ArgumentError(f"unknown input(s) {', '.join(unknown)}; the model takes "
+                                f"{', '.join(self.input_names)}")
+        for name, arr in feeds.items():
+            a = np.asarray(arr)
+            want = self._input_shapes[name]
+            if a.shape != tuple(want):
+                raise ArgumentError(f"input {name!r} has shape {a.shape}, the model expects {tuple(want)}")
+            if a.dtype != np.float32 and a.dtype.kind not in "fiu":
+                raise ArgumentError(f"input {name!r} has dtype {a.dtype}; the model expects float32")
+            np.copyto(self._store[f"in:{name}"], a, casting="unsafe")
+
+    def run(self, feeds: dict, output_names=None) -> dict:
+        """{output name: array} for `feeds` ({input name: array})."""
+        self._take_inputs(feeds)
+        if self.profile:
+            for L, args in self._calls:
+                t0 = time.perf_counter()
+                L.kernel(*args)
+                L.seconds += time.perf_counter() - t0
+        else:
+            for L, args in self._calls:
+                L.kernel(*args)
+        res = {}
+        for name, ref, shape in self.net.outputs:
+            if output_names is not None and name not in output_names:
+                continue
+            res[name] = np.array(ref[1] if ref[0] == "const" else self._store[ref[1]]).reshape(shape)
+        return res
+
+    def __call__(self, *xs):
+        if len(xs) != len(self.input_names):
+            raise ArgumentError(f"the model takes {len(self.input_names)} input(s) "
+                                f"({', '.join(self.input_names)}), got {len(xs)}")
+        out = self.run(dict(zip(self.input_names, xs)))
+        return out[self.output_names[0]] if len(out) == 1 else tuple(out[n] for n in self.output_names)
+
+    # ------------------------------------------------------------------ reporting
+    @property
+    def flops(self) -> int:
+        return sum(L.flops for L in self.layers)
+
+    def time_layers(self, feeds: dict, rounds: int = 3) -> None:
+        """Measure each layer: the best of `rounds` whole-model runs, per layer."""
+        best = [float("inf")] * len(self.layers)
+        self.profile = True
+        try:
+            for _ in range(rounds):
+                for L in self.layers:
+                    L.seconds = 0.0
+                self.run(feeds)
+                best = [min(b, L.seconds) for b, L in zip(best, self.layers)]
+        finally:
+            self.profile = False
+        for b, L in zip(best, self.layers):
+            L.seconds = b
+
+    def summary(self, feeds: dict | None = None) -> str:
+        """Per layer: its ONNX nodes, output shape, schedule origin, MFLOP, and, once timed
+        (`feeds` given, or after `time_layers`), GFLOPS and share of the time."""
+        if feeds is not None:
+            self.time_layers(feeds)
+        total = sum(L.seconds for L in self.layers)
+        lines = [f"{'#':>3} {'layer':<34} {'shape':<20} {'sched':<11} {'MFLOP':>8} {'GFLOPS':>7} {'time':>6}"]
+        for i, L in enumerate(self.layers):
+            name = L.name if len(L.name) <= 34 else L.name[:31] + "..."
+            g = f"{L.flops / L.seconds / 1e9:7.1f}" if L.seconds > 0 else f"{'-':>7}"
+            share = f"{100 * L.seconds / total:5.1f}%" if total > 0 else f"{'-':>6}"
+            lines.append(f"{i:>3} {name:<34} {str(list(L.shape)):<20} {L.schedule:<11} {L.flops / 1e6:8.2f} {g} {share}")
+        kinds = {}
+        for L in self.layers:
+            kinds[L.schedule] = kinds.get(L.schedule, 0) + 1
+        lines.append(f"{len(self.layers)} layers ({', '.join(f'{v} {k}' for k, v in sorted(kinds.items()))}), "
+                     f"{self.flops / 1e9:.3f} GFLOP, compiled in {self.compile_ms:.0f} ms, "
+                     f"arena {self.arena_bytes / 2**20:.2f} MiB"
+                     + (f", {total * 1e3:.2f} ms per run, {self.flops / total / 1e9:.1f} GFLOPS" if total > 0 else ""))
+        return "\n".join(lines)
+
+
+def compile_model(model, target=None, input_shapes=None, constants=None, passes=True) -> CompiledModel:
+    t0 = time.perf_counter()
+    net = model if isinstance(model, NetGraph) else load(model, input_shapes=input_shapes, constants=constants,
+                                                         target=target, passes=passes)
+    return CompiledModel(net, target, (time.perf_counter() - t0) * 1e3)

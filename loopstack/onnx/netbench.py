@@ -1,0 +1,188 @@
+"""The nets bench: whole networks through loopstack and onnxruntime, one thread each.
+
+    python3 bench/nets.py [--model NAME]... [--rounds N] [--json FILE]
+    loopstack bench --suite nets [--json FILE]
+
+Each (model, engine) runs in a child process of its own, so that its peak memory (the
+process's high-water resident set, less what it held before the engine saw the model) and
+its compile time (from the ONNX file on disk to the first result) are its own. Latency is
+the median of `rounds` timed calls after the first; loopstack's max abs error is taken
+against onnxruntime's output on the same input. onnxruntime runs with intra_op_num_threads=1,
+sequential execution and every graph optimisation. torch eager is not a peer here: running an
+ONNX file in it needs a converter this project does not carry.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ENGINES = ("loopstack", "onnxruntime")
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _peak_kib() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def child(engine: str, path: str, input_path: str, out_path: str, rounds: int) -> dict:
+    """Run one engine on one model file; write its output; return its measurements."""
+    x = np.load(input_path)
+    if engine == "loopstack":
+        import onnx  # noqa: F401 - imports are not part of the time to the first result
+
+        import loopstack as lt
+    else:
+        import onnxruntime as ort
+    base = _rss_kib()
+    t0 = time.perf_counter()
+    if engine == "loopstack":
+        model = lt.onnx.compile(path)
+        y = model(x)
+        run = lambda: model(x)   # noqa: E731
+    else:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        name = sess.get_inputs()[0].name
+        y = sess.run(None, {name: x})[0]
+        run = lambda: sess.run(None, {name: x})   # noqa: E731
+    first_ms = (time.perf_counter() - t0) * 1e3
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    np.save(out_path, np.asarray(y))
+    return {"compile_ms": first_ms, "ms": float(np.median(times)) * 1e3,
+            "peak_mib": max(_peak_kib() - base, 0) / 1024}
+
+
+def _child_main(argv) -> int:
+    engine, path, input_path, out_path, rounds = argv
+    print(json.dumps(child(engine, path, input_path, out_path, int(rounds))))
+    return 0
+
+
+def _spawn(engine, path, input_path, out_path, rounds) -> dict:
+    env = dict(os.environ, **{v: "1" for v in THREAD_VARS})
+    cmd = [sys.executable, "-m", "loopstack.onnx.netbench", "--child", engine, path, input_path, out_path, str(rounds)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        return {"error": (res.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def bench(names=None, rounds: int = 20, log=print) -> list[dict]:
+    import onnx
+
+    from .models import MODELS
+
+    names = list(names or MODELS)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="loopstack-nets-") as tmp:
+        for name in names:
+            m = MODELS[name]()
+            path = os.path.join(tmp, f"{name}.onnx")
+            onnx.save(m, path)
+            shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+            x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+            xin = os.path.join(tmp, f"{name}.in.npy")
+            np.save(xin, x)
+            row = {"name": name, "input": "x".join(map(str, shape))}
+            outs = {}
+            for engine in ENGINES:
+                out = os.path.join(tmp, f"{name}.{engine}.npy")
+                res = _spawn(engine, path, xin, out, rounds)
+                row[engine] = res
+                if "error" not in res:
+                    outs[engine] = np.load(out)
+                log(f"  {name:<20} {engine:<12} " + (res.get("error") or
+                    f"{res['ms']:.2f} ms, first result {res['compile_ms']:.0f} ms, {res['peak_mib']:.1f} MiB"))
+            if len(outs) == 2:
+                ref = outs["onnxruntime"]
+                row["max_abs_err"] = float(np.abs(outs["loopstack"] - ref).max())
+                row["output_scale"] = float(np.abs(ref).max())
+            rows.append(row)
+    return rows
+
+
+def table(rows) -> str:
+    head = (f"{'model':<20} {'input':<12} {'loopstack ms':>12} {'ort ms':>8} {'speed':>6} {'max err':>9} "
+            f"{'err/scale':>9} {'ls first':>9} {'ort first':>9} {'ls MiB':>7} {'ort MiB':>7}")
+    lines = [head]
+    for r in rows:
+        ls, ort = r.get("loopstack", {}), r.get("onnxruntime", {})
+
+        def f(d, k, fmt):
+            return format(d[k], fmt) if k in d else "-"
+
+        speed = f"{ort['ms'] / ls['ms']:.2f}x" if "ms" in ls and "ms" in ort else "-"
+        err = r.get("max_abs_err")
+        rel = err / r["output_scale"] if err is not None and r.get("output_scale") else None
+        lines.append(f"{r['name']:<20} {r['input']:<12} {f(ls, 'ms', '12.2f')} {f(ort, 'ms', '8.2f')} {speed:>6} "
+                     f"{'-' if err is None else format(err, '9.2e')} {'-' if rel is None else format(rel, '9.1e')} "
+                     f"{f(ls, 'compile_ms', '9.0f')} {f(ort, 'compile_ms', '9.0f')} "
+                     f"{f(ls, 'peak_mib', '7.1f')} {f(ort, 'peak_mib', '7.1f')}")
+    return "\n".join(lines)
+
+
+def records(rows) -> list[dict]:
+    out = []
+    for r in rows:
+        rec = {"name": r["name"], "input": r["input"]}
+        for engine in ENGINES:
+            d = r.get(engine, {})
+            for k, unit in (("ms", "latency_ms"), ("compile_ms", "first_result_ms"), ("peak_mib", "peak_mib")):
+                if k in d:
+                    rec[f"{engine}_{unit}"] = d[k]
+            if "error" in d:
+                rec[f"{engine}_error"] = d["error"]
+        for k in ("max_abs_err", "output_scale"):
+            if k in r:
+                rec[k] = r[k]
+        out.append(rec)
+    return out
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    from .models import MODELS
+
+    ap = argparse.ArgumentParser(description="whole networks: loopstack against onnxruntime, one thread")
+    ap.add_argument("--model", action="append", choices=sorted(MODELS), help="run only these models (repeatable)")
+    ap.add_argument("--rounds", type=int, default=20, help="timed calls per engine (the median counts)")
+    ap.add_argument("--json", metavar="FILE", help="write one JSON record per model")
+    args = ap.parse_args(argv)
+    rows = bench(args.model, args.rounds)
+    print(table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records(rows), f, indent=1)
+    ok = all("max_abs_err" in r and r["max_abs_err"] <= 1e-4 * r["output_scale"] for r in rows)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:
+        sys.exit(_child_main(sys.argv[2:]))
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Every core by default: default and tuned schedules split a large nest's outermost output loop
+over threads, and the result is bit-identical to one thread."""
+import numpy as np
+import pytest
+
+from loopstack.backend.kernel_base import empty_aligned
+from loopstack.frontend.run import program
+from loopstack.tune.defaults import PARALLEL_MIN_FLOPS, default_schedule
+from loopstack.tune.space import Plan, main_node, realize
+from loopstack.workloads import get_workload
+
+
+def _parallel_loops(tree):
+    return [a.args[0] for a in tree.actions if a.kind == "annotate" and a.args[1] == "parallel"]
+
+
+@pytest.mark.parametrize("name", ["MM-256", "CONV-1", "MLP-8x1024"])
+def test_default_schedules_of_large_nests_run_bit_identical_on_any_thread_count(name):
+    Y, reference = get_workload(name).build(seed=3)
+    tree = default_schedule(Y)
+    assert _parallel_loops(tree), f"{name}: no parallel loop in its default schedule"
+    Y.set(tree)
+    kernel = Y.compile()
+    inputs = [r.data for r in program(Y).reads]
+    outs = {}
+    for threads in (1, 2, 3):          # 3: chunks of unequal size, on a 2-core machine too
+        kernel.threads = threads
+        out = empty_aligned(Y.shape, np.float32)
+        kernel(*inputs, out)
+        outs[threads] = out
+    np.testing.assert_array_equal(outs[1], outs[2])
+    np.testing.assert_array_equal(outs[1], outs[3])
+    np.testing.assert_allclose(outs[1], reference(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["MM-64", "MM-128", "MLP-8x256", "DWCONV-1"])
+def test_small_nests_stay_on_one_thread(name):
+    Y, _ = get_workload(name).build(seed=0)
+    assert get_workload(name).flops < 3 * PARALLEL_MIN_FLOPS
+    assert not _parallel_loops(default_schedule(Y))
+
+
+def test_a_reduction_outermost_stays_serial():
+    Y, _ = get_workload("CONV-4").build(seed=0)
+    tree = default_schedule(Y)
+    g = tree.graph
+    nid = main_node(tree)
+    outer = tree.loop(tree.path(tree.ref_of(nid))[0])
+    assert outer.entry[0] in g.reduced(g.node(nid))          # its channel tiles
+    assert not _parallel_loops(tree)
+
+
+def test_the_tuners_candidates_are_parallel_too():
+    """The search space's candidates get the default's parallel outer loop, so a search compares
+    schedules as they will run (and the default's plan rebuilds the default exactly)."""
+    Y, _ = get_workload("MM-256").build(seed=0)
+    base = Y.loop_tree
+    nid = main_node(base)
+    plan = Plan((("m", (6,)), ("k", ()), ("n", (32,))), ("n", "m", "k", "m'", "n'"))
+    tree = realize(base, plan, nid)
+    assert _parallel_loops(tree) == [0]
+    Y.set(tree)
+    kernel = Y.compile()
+    assert kernel._parallel

@@ -1,0 +1,78 @@
+"""GEMM and NHWC convolution programs for the GPU backend's tests (built with the frontend)."""
+import numpy as np
+
+import loopstack as lt
+
+
+def bf16():
+    import ml_dtypes
+    return ml_dtypes.bfloat16
+
+
+NP_DTYPES = {"float16": np.float16, "int8": np.int8, "int32": np.int32}
+
+
+def np_dtype(name):
+    return bf16() if name == "bfloat16" else NP_DTYPES[name]
+
+
+def random(shape, dtype, rng):
+    if rng is None:                  # shapes only: a program that is compiled, never run
+        return np.zeros(shape, np_dtype(dtype))
+    if dtype in ("int8", "int32"):
+        return rng.integers(-8, 8, shape).astype(np_dtype(dtype))
+    return (rng.standard_normal(shape) * 0.5).astype(np_dtype(dtype))
+
+
+def gemm(m, n, k, dtype, rng, b_transposed=False, bias=False, relu=False, scale=None):
+    """C = post(A . B): A [m, k]; B [k, n] (or [n, k]); returns (tensor, arrays, numpy reference).
+
+    The reference is computed lazily (`ref()`), so big programs cost nothing until checked."""
+    s = lt.SymbolGenerator()
+    a = random((m, k), dtype, rng)
+    b = random((n, k) if b_transposed else (k, n), dtype, rng)
+    A = lt.Tensor(a).to(s.m, s.k)
+    B = lt.Tensor(b).to(s.n, s.k) if b_transposed else lt.Tensor(b).to(s.k, s.n)
+    C = (A * B).sum(s.k)
+    arrays = [a, b]
+    if scale is not None:
+        C = C * scale
+    if bias:
+        v = random((n,), "int32" if dtype == "int8" else dtype, rng)   # an integer GEMM adds int32
+        C = C + lt.Tensor(v).to(C.symbolic_shape[1])
+        arrays.append(v)
+    if relu:
+        C = lt.nn.relu(C)
+
+    def ref():
+        r = a.astype(np.float64) @ (b.T if b_transposed else b).astype(np.float64)
+        if scale is not None:
+            r = r * scale
+        if bias:
+            r = r + arrays[2].astype(np.float64)
+        return np.maximum(r, 0) if relu else r
+    return C, arrays, ref
+
+
+def conv(batch, h, c, k, dtype, rng, r=3, stride=1, pad=1):
+    """Y = conv(X [batch, h, h, c], W [r, r, c, k]) in NHWC, as the frontend spells it."""
+    s = lt.SymbolGenerator()
+    x = random((batch, h, h, c), dtype, rng)
+    w = random((r, r, c, k), dtype, rng)
+    X = lt.Tensor(x).to(s.b, s.h, s.w, s.c)
+    if pad:
+        X = lt.nn.pad(X, (s.h, pad), (s.w, pad))
+    hh, ww = X.symbolic_shape[1:3]
+    Xw = X.to(s.b, s.oh, s.ow, s.r, s.s, s.c, constraints=[(hh, s.oh * stride + s.r), (ww, s.ow * stride + s.s)])
+    Y = (Xw * lt.Tensor(w).to(s.r, s.s, s.c, s.k)).sum(s.r, s.s, s.c)
+
+    def ref():
+        xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+        o = (h + 2 * pad - r) // stride + 1
+        out = np.zeros((batch, o, o, k))
+        for i in range(r):
+            for j in range(r):
+                patch = xp[:, i:i + stride * o:stride, j:j + stride * o:stride, :]
+                out += patch @ w[i, j].astype(np.float64)
+        return out
+    return Y, [x, w], ref

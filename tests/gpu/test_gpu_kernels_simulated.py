@@ -1,0 +1,117 @@
+"""Generated kernels run in the SIMT reference interpreter and agree with numpy.
+
+GEMMs and NHWC convolutions in f16, bf16 and s8, up to 128 per dimension over a few CTAs,
+with sizes that are not multiples of the tiles (predicated tails, zero-filled copies) and
+random knobs.  The interpreter is a test oracle: it follows the PTX ISA's semantics, with the
+fragment layouts of `loopstack.isa.ptx.mma`.
+"""
+import importlib.util
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import loopstack as lt
+from loopstack.backend.ptx import GpuSchedule, GpuTarget
+
+from gpu_programs import conv, gemm, random
+
+pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
+if importlib.util.find_spec("loopstack.isa.ptx.sim") is None:
+    pytest.skip("the SIMT reference interpreter (loopstack.isa.ptx.sim) is not in this build",
+                allow_module_level=True)
+
+DTYPES = ["float16", "bfloat16", "int8"]
+# small CTAs: the interpreter runs every thread of a CTA in numpy, so fewer warps cost less
+knobs = st.builds(GpuSchedule,
+                  BLK_ROW_WARPS=st.sampled_from([1, 2]), BLK_COL_WARPS=st.sampled_from([1, 2]),
+                  WARP_ROW_TILES=st.sampled_from([1, 2]), WARP_COL_TILES=st.sampled_from([1, 2]),
+                  CHUNK=st.sampled_from([1, 2]), REORDER_INNER=st.sampled_from([0, 1]),
+                  stages=st.sampled_from([1, 2, 3]))
+
+
+def _tolerance(dtype, k):
+    if dtype == "int8":
+        return 0, 0                      # integer products are exact
+    return (2e-2, 2e-2 * np.sqrt(k)) if dtype == "float16" else (5e-2, 8e-2 * np.sqrt(k))
+
+
+def _run(tensor, arrays, ref, target, dtype, k):
+    ref = ref()
+    kern = lt.compile(tensor, target=target)
+    out = np.zeros(ref.shape, lt.dtypes.dtype(kern.tree.outputs[0].dtype).np)
+    kern.simulate(*arrays, out)
+    rtol, atol = _tolerance(dtype, k)
+    np.testing.assert_allclose(out.astype(np.float64), _rounded(ref, out.dtype), rtol=rtol, atol=atol)
+
+
+def _rounded(ref, dt):
+    return ref if dt.kind == "i" else ref.astype(dt).astype(np.float64)
+
+
+@settings(max_examples=4)
+@given(dtype=st.sampled_from(DTYPES), m=st.integers(1, 128), n=st.integers(1, 96), k=st.integers(1, 80),
+       b_transposed=st.booleans(), sched=knobs, arch=st.sampled_from(["sm_80", "sm_90"]), seed=st.integers(0, 99))
+def test_gemm_matches_numpy(dtype, m, n, k, b_transposed, sched, arch, seed):
+    rng = np.random.default_rng(seed)
+    C, arrays, ref = gemm(m, n, k, dtype, rng, b_transposed=b_transposed)
+    _run(C, arrays, ref, GpuTarget(arch, sched), dtype, k)
+
+
+@settings(max_examples=3)
+@given(dtype=st.sampled_from(DTYPES), m=st.integers(1, 80), n=st.integers(1, 64), k=st.integers(1, 64),
+       relu=st.booleans(), scale=st.sampled_from([None, 0.25]), sched=knobs, seed=st.integers(0, 99))
+def test_gemm_epilogues_match_numpy(dtype, m, n, k, relu, scale, sched, seed):
+    rng = np.random.default_rng(seed)
+    if dtype == "int8":
+        scale = None                     # an integer GEMM keeps integer results
+    C, arrays, ref = gemm(m, n, k, dtype, rng, bias=True, relu=relu, scale=scale)
+    _run(C, arrays, ref, GpuTarget("sm_90", sched), dtype, k)
+
+
+@settings(max_examples=4)
+@given(dtype=st.sampled_from(DTYPES), batch=st.integers(1, 2), h=st.integers(3, 9),
+       c=st.sampled_from([8, 16, 24, 32, 64]), kout=st.integers(1, 40), stride=st.sampled_from([1, 2]),
+       pad=st.sampled_from([0, 1]), sched=knobs, seed=st.integers(0, 99))
+def test_conv_matches_numpy(dtype, batch, h, c, kout, stride, pad, sched, seed):
+    rng = np.random.default_rng(seed)
+    Y, arrays, ref = conv(batch, h, c, kout, dtype, rng, stride=stride, pad=pad)
+    bk = sched.CHUNK * (32 if dtype == "int8" else 16)
+    if sched.REORDER_INNER and c % bk:
+        sched = sched.replace(REORDER_INNER=0)
+    _run(Y, arrays, ref, GpuTarget("sm_80", sched), dtype, 9 * c)
+
+
+OUT_TYPES = {"float16": ["float32", "float16"], "bfloat16": ["float32", "bfloat16"], "int8": ["int32", "int8"]}
+
+
+@settings(max_examples=4)
+@given(dtype=st.sampled_from(DTYPES), pick=st.integers(0, 1), m=st.integers(1, 70), n=st.integers(1, 70),
+       k=st.integers(1, 70), bias=st.booleans(), post=st.sampled_from([None, "relu"]), sched=knobs,
+       seed=st.integers(0, 99))
+def test_output_types_and_epilogues_agree_with_the_loop_tree_interpreter(dtype, pick, m, n, k, bias, post,
+                                                                         sched, seed):
+    """Stores convert as loopstack's semantics say (f16/bf16 round, int8 wraps; the epilogue sees
+    the stored value): the oracle is the backend-independent loop-tree interpreter."""
+    from loopstack.backend import compile as compile_tree
+    from loopstack.looptree.builders import matmul_tree
+
+    out_dtype = OUT_TYPES[dtype][pick]
+    tree = matmul_tree(m, n, k, order=[("m", 1), ("n", 1), ("k", 1)], dtype=dtype, out_dtype=out_dtype,
+                       post=post, bias=bias)
+    rng = np.random.default_rng(seed)
+    arrays = [random(b.shape, b.dtype, rng) for b in tree.inputs]
+    want = compile_tree(tree, target="interp").run(*(a.astype(np.float32) if a.dtype.name == "bfloat16"
+                                                     else a for a in arrays))[0] if dtype != "bfloat16" else None
+    kern = compile_tree(tree, target=GpuTarget("sm_90", sched))
+    got = np.zeros((m, n), lt.dtypes.dtype(out_dtype).np)
+    kern.simulate(*arrays, got)
+    if want is None:                 # the loop-tree interpreter has no bfloat16: numpy in float64
+        ref = arrays[0].astype(np.float64) @ arrays[1].astype(np.float64)
+        if bias:
+            ref = ref + arrays[2].astype(np.float64)
+        ref = ref.astype(got.dtype).astype(np.float64) if post else ref
+        want = np.maximum(ref, 0) if post else ref
+    rtol, atol = _tolerance(dtype, k)
+    np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol)

@@ -1,0 +1,114 @@
+"""The GPU backend: DSL -> loop tree -> PTX.  Every kernel is assembled by ptxas (sm_80 and sm_90)."""
+import numpy as np
+import pytest
+
+import loopstack as lt
+from loopstack.backend.ptx import GpuSchedule, GpuTarget, compile_ptx
+from loopstack.errors import ScheduleError, UnsupportedError
+from loopstack.isa.ptx import ptxas
+
+from gpu_programs import conv, gemm
+
+needs_ptxas = pytest.mark.skipif(ptxas.ptxas_path() is None, reason="ptxas is not on the PATH")
+pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
+
+SMALL = GpuSchedule(1, 2, 2, 1, 2, 0, 2)
+
+
+def _programs():
+    """(name, tensor, target) for every kernel shape the backend emits."""
+    rng = np.random.default_rng(0)
+    out = []
+    for dt in ("float16", "bfloat16", "int8"):
+        for tr in (False, True):
+            C, _, _ = gemm(100, 72, 40 if dt != "int8" else 72, dt, rng, b_transposed=tr)
+            out.append((f"gemm-{dt}-bT{tr}", C, GpuTarget("sm_80", SMALL)))
+    C, _, _ = gemm(33, 50, 37, "float16", rng, bias=True, relu=True, scale=0.5)        # narrow rows: ld/st
+    out.append(("gemm-f16-odd-epilogue", C, GpuTarget("sm_80", GpuSchedule(1, 1, 1, 1, 1, 1, 1))))
+    C, _, _ = gemm(64, 64, 64, "bfloat16", rng, bias=True, relu=True)
+    out.append(("gemm-bf16-bias", C, GpuTarget("sm_90", GpuSchedule(2, 2, 1, 1, 4, 0, 4))))
+    C, _, _ = gemm(40, 24, 52, "int8", rng, bias=False, relu=True)
+    out.append(("gemm-s8-relu", C, GpuTarget("sm_80", GpuSchedule(1, 1, 2, 2, 1, 0, 3))))
+    C, _, _ = gemm(4096, 4096, 4096, "float16", None)
+    out.append(("gemm-4096-default", C, "sm_90"))
+    for dt in ("float16", "int8"):
+        Y, _, _ = conv(2, 9, 16, 24, dt, rng)
+        out.append((f"conv-{dt}", Y, GpuTarget("sm_80", SMALL)))
+    Y, _, _ = conv(2, 9, 32, 16, "float16", rng, stride=2)
+    out.append(("conv-stride2-reorder", Y, GpuTarget("sm_90", SMALL.replace(REORDER_INNER=1, CHUNK=1))))
+    for i, (c, k, h) in enumerate(((64, 128, 56), (128, 256, 28), (256, 512, 14), (512, 512, 7)), 1):
+        s = lt.SymbolGenerator()
+        X = lt.Tensor(np.zeros((32, h, h, c), np.float16)).to(s.b, s.h, s.w, s.c)
+        Wt = lt.Tensor(np.zeros((3, 3, c, k), np.float16)).to(s.r, s.s, s.c, s.k)
+        Xp = lt.nn.pad(X, (s.h, 1), (s.w, 1))
+        hh, ww = Xp.symbolic_shape[1:3]
+        Xw = Xp.to(s.b, s.oh, s.ow, s.r, s.s, s.c, constraints=[(hh, s.oh + s.r), (ww, s.ow + s.s)])
+        Y = (Xw * Wt.to(s.r, s.s, s.c, s.k)).sum(s.r, s.s, s.c)
+        out.append((f"CONV-{i}", Y, GpuTarget("sm_90", GpuSchedule(REORDER_INNER=1))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return [(name, lt.compile(t, target=tgt)) for name, t, tgt in _programs()]
+
+
+def test_kernels_are_inspectable_on_any_host(kernels):
+    for name, k in kernels:
+        assert k.ptx.startswith(".version 8.0") and f".visible .entry {k.entry}(" in k.ptx, name
+        assert k.compile_ms > 0 and k.flops == k.contraction.flops > 0
+        assert k.ptx.count("mma.sync.aligned") >= 1 and "cp.async" in k.ptx, name
+    conv1 = dict(kernels)["CONV-1"]
+    assert conv1.contraction.m == 32 * 56 * 56 and conv1.contraction.k == 9 * 64
+    assert conv1.contraction.conv.c == 64 and conv1.contraction.conv.stride == 1 and conv1.contraction.conv.pad == 1
+    assert "// conv M=100352 N=128 K=576" in conv1.ptx
+    assert conv1.flops == 2 * 32 * 56 * 56 * 128 * 64 * 9
+
+
+@needs_ptxas
+def test_every_kernel_assembles_for_sm80_and_sm90(kernels):
+    by_target = {"sm_80": [], "sm_90": []}
+    for _, k in kernels:
+        by_target[k.target].append(k.ptx)
+    ptxas.assemble(by_target["sm_80"], "sm_80")
+    ptxas.assemble(by_target["sm_80"], "sm_90")
+    ptxas.assemble(by_target["sm_90"], "sm_90")
+
+
+@pytest.mark.parametrize("knob, value", [
+    ("BLK_ROW_WARPS", 3), ("BLK_COL_WARPS", 0), ("WARP_ROW_TILES", 16), ("WARP_COL_TILES", -1),
+    ("CHUNK", 3), ("REORDER_INNER", 2), ("stages", 5), ("CHUNK", 2.0), ("stages", True),
+])
+def test_bad_knob_values_name_the_knob(knob, value):
+    with pytest.raises(ScheduleError, match=f"knob {knob}="):
+        GpuSchedule(**{knob: value}).check()
+
+
+def test_knob_combinations_that_cannot_compile_name_their_knobs():
+    rng = np.random.default_rng(1)
+    C, _, _ = gemm(64, 64, 64, "float16", rng)
+    tree = C.loop_tree.lower()
+    with pytest.raises(ScheduleError, match="BLK_ROW_WARPS\\*BLK_COL_WARPS"):
+        compile_ptx(tree, "sm_90", GpuSchedule(BLK_ROW_WARPS=8, BLK_COL_WARPS=4))
+    with pytest.raises(ScheduleError, match="WARP_ROW_TILES\\*WARP_COL_TILES"):
+        compile_ptx(tree, "sm_90", GpuSchedule(WARP_ROW_TILES=8, WARP_COL_TILES=4))
+    with pytest.raises(ScheduleError, match="knob stages=4"):
+        compile_ptx(tree, "sm_80", GpuSchedule(2, 4, 4, 4, CHUNK=8, stages=4))
+    with pytest.raises(ScheduleError, match="unknown knob 'CHUNKS'"):
+        GpuTarget.of("sm_90", CHUNKS=2)
+    Y, _, _ = conv(1, 8, 24, 16, "float16", rng)
+    with pytest.raises(ScheduleError, match="REORDER_INNER=1 needs CHUNK\\*16 = 32 to divide the 24"):
+        lt.compile(Y, target=GpuTarget.of("sm_90", REORDER_INNER=1))
+
+
+def test_what_tensor_cores_cannot_run_is_unsupported():
+    s = lt.SymbolGenerator()
+    A = lt.Tensor(np.zeros((16, 16), np.float32)).to(s.m, s.k)
+    B = lt.Tensor(np.zeros((16, 16), np.float32)).to(s.k, s.n)
+    with pytest.raises(UnsupportedError, match="no mma.sync form multiplies float32"):
+        lt.compile((A * B).sum(s.k), target="sm_90")
+    X = lt.Tensor(np.zeros((16, 16), np.float16)).to(s.m, s.n)
+    with pytest.raises(UnsupportedError, match="reduces with None"):
+        lt.compile(lt.nn.relu(X + X), target="sm_90")
+    with pytest.raises(UnsupportedError, match="GPU target 'sm_70'"):
+        compile_ptx(lt.nn.relu(X + X).loop_tree.lower(), "sm_70")

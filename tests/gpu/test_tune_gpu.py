@@ -1,0 +1,61 @@
+"""The tensor-core knob search on the analytical GPU model (no GPU needed)."""
+import numpy as np
+
+from loopstack.backend.ptx import GpuSchedule, compile_ptx
+from loopstack.backend.ptx.match import match
+from loopstack.tune.gpu import diverse_half, predict_seconds, tune_gpu, valid
+
+from gpu_programs import conv, gemm
+
+
+def _gemm(m=4096, n=4096, k=4096):
+    C, _, _ = gemm(m, n, k, "float16", None)
+    return C
+
+
+def test_the_model_prefers_what_a_gpu_rewards():
+    con = match(_gemm().loop_tree.lower())
+    base = GpuSchedule()
+    t = lambda **kw: predict_seconds(con, base.replace(**kw))  # noqa: E731
+    assert t(stages=1) > t(stages=3)                                    # copies exposed
+    assert t(WARP_ROW_TILES=1, WARP_COL_TILES=1) > t()                  # ldmatrix-bound warps
+    # a 256-row GEMM fills only a few SMs with big CTAs: smaller CTAs spread it wider
+    small = match(_gemm(256, 256, 4096).loop_tree.lower())
+    assert predict_seconds(small, GpuSchedule(1, 1, 2, 2)) < predict_seconds(small, GpuSchedule(2, 4, 4, 2))
+    # a predicted time is never below the tensor cores' bound
+    peak = 132 * 2730 * 1.755e9
+    assert con.flops / peak < t()
+
+
+def test_diverse_half_spreads_over_the_knobs():
+    a = GpuSchedule()
+    near = [a.replace(stages=s) for s in (2, 4)]
+    far = a.replace(BLK_ROW_WARPS=1, WARP_COL_TILES=4, CHUNK=4)
+    score = {a: 10.0, near[0]: 9.9, near[1]: 9.8, far: 9.0}
+    kept = diverse_half([a, *near, far], score)
+    assert kept == [a, far]          # the near-copy of the best loses to a distant candidate
+
+
+def test_search_on_the_model_beats_the_default_and_keeps_valid_knobs():
+    C = _gemm()
+    r = tune_gpu(C, target="sm_90", generations=6, seed=1)
+    con = match(C.loop_tree.lower())
+    assert valid(con, r.best, "sm_90")
+    assert r.predicted_tflops >= con.flops / predict_seconds(con, GpuSchedule()) / 1e12
+    assert [h[0] for h in r.history] == sorted(h[0] for h in r.history)      # elitist: never worse
+    assert r.evaluated > 20 and r.measured_tflops is None
+    assert tune_gpu(C, target="sm_90", generations=6, seed=1).best == r.best   # seeded
+    compile_ptx(C.loop_tree.lower(), "sm_90", r.best)                        # and it compiles
+
+
+def test_measurements_override_the_model():
+    Y, _, _ = conv(32, 14, 256, 512, "float16", None)
+    favourite = tune_gpu(Y, target="sm_80", generations=6, seed=0).best
+    con = match(Y.loop_tree.lower())
+
+    def measure(s):                  # a GPU on which the model's favourite is slow
+        return 1.0 if s == favourite else 2 * predict_seconds(con, s)
+
+    r = tune_gpu(Y, target="sm_80", generations=6, seed=0, measure=measure)
+    assert r.best != favourite and r.measured_tflops is not None
+    assert abs(r.measured_tflops - r.predicted_tflops / 2) < 1e-6 * r.predicted_tflops
