@@ -121,11 +121,13 @@ def dot(em, acc: int, e, a: int, b: Val, shape: Shape) -> None:
         raise UnsupportedError(f"{instr.name} runs on whole vectors of its {instr.lanes} lanes")
     if instr.isa != "aarch64":
         raise UnsupportedError(f"{instr.name} is no AArch64 instruction")
-    va = em.vec(a)
-    vb = _v(em, b.reg)
-    src2 = vb.b4[0] if instr.broadcast == "b" else em.vec(b.reg)
-    em.asm.emit(instr.mnemonic, em.vec(acc), _v(em, a).b16, src2 if instr.broadcast == "b" else vb.b16)
-    del va
+    em.vec(a)                                # a lane-0 value spread first (a vector operand)
+    if instr.broadcast == "b":               # the 4-byte group in lane 0, read by element
+        src2 = _v(em, b.reg).b4[0]
+    else:
+        em.vec(b.reg)
+        src2 = _v(em, b.reg).b16
+    em.asm.emit(instr.mnemonic, em.vec(acc), _v(em, a).b16, src2)
 
 
 def requant(em, reg: int, stmt, static: dict, shape: Shape) -> None:
