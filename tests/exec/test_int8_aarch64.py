@@ -88,3 +88,21 @@ def test_a_core_without_the_dot_product_runs_exact_scalar_code():
     out = np.zeros((3, 8), np.int32)
     run_kernel(kernel, [A, B, out])
     np.testing.assert_array_equal(out, A.astype(np.int32) @ B.astype(np.int32))
+
+
+@pytest.mark.aarch64
+@pytest.mark.parametrize("dtype", ["int32", "int8", "uint8"])
+@pytest.mark.parametrize("binary, unary", [("add", ()), ("sub", ("relu",)), ("mul", ()), ("max", ("neg",)),
+                                           ("min", ("abs",)), (None, ("relu",))])
+def test_integer_element_wise_code_runs_on_neon(dtype, binary, unary):
+    from loopstack.looptree.builders import elementwise_tree
+
+    tree = elementwise_tree((3, 7), unary=unary, binary=binary, dtype=dtype)
+    rng = np.random.default_rng(2)
+    ins = [ints(rng, dtype, (3, 7)) for _ in tree.inputs]
+    want = np.zeros((3, 7), dtype)
+    compile(tree, target="interp")(*ins, want)
+    kernel = compile(tree, target=M1)
+    out = np.zeros((3, 7), dtype)
+    run_kernel(kernel, ins + [out])
+    np.testing.assert_array_equal(out, want)

@@ -112,3 +112,20 @@ def test_the_int8_bench_agrees_with_onnxruntime_bit_for_bit():
     assert all(r["exact"] for r in rows), [(r["name"], r["exact"]) for r in rows]
     assert rows[0]["gops"] > 0 and rows[0]["instr"] != "-"
     assert "QCONV-4" in bench_int8.format_table(rows)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["int32", "int8", "uint8"])
+@pytest.mark.parametrize("binary, unary", [("add", ()), ("sub", ("relu",)), ("mul", ()), ("max", ("neg",)),
+                                           ("min", ("abs",)), (None, ("relu",))])
+def test_integer_element_wise_code_runs_natively(target, dtype, binary, unary):
+    from loopstack.looptree.builders import elementwise_tree
+
+    tree = elementwise_tree((3, 7), unary=unary, binary=binary, dtype=dtype)
+    rng = np.random.default_rng(2)
+    ins = [ints(rng, dtype, (3, 7)) for _ in tree.inputs]
+    want = np.zeros((3, 7), dtype)
+    compile(tree, target="interp")(*ins, want)
+    out = np.zeros((3, 7), dtype)
+    compile(tree, target=target)(*ins, out)
+    np.testing.assert_array_equal(out, want)
