@@ -26,7 +26,7 @@ def target_features(target) -> frozenset[str]:
     has the dot product), and the extensions above that this host has when it is the target's."""
     from ...isa import cpu
     from ...isa.target import CPU_PRESETS
-    from ..native import host_arch
+    from ...isa.target import host_arch
 
     feats = set(target.required)
     if getattr(target, "cpu", "") in CPU_PRESETS:
