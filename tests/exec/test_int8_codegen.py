@@ -14,8 +14,7 @@ from loopstack.backend import compile
 from loopstack.backend.tensorize import apply
 from loopstack.isa import cpu
 from loopstack.isa.target import get_target
-from loopstack.looptree.builders import access, conv2d_tree, make_tree, nest
-from loopstack.looptree.ir import Binary, Buffer, Compute, Const, Load, LoopTree, Requant, replace
+from int8_programs import int8_conv, int8_matmul, ints
 
 FEATURES = cpu.cpu_features()
 TARGETS = [t for t, need in (("avx2", "avx2"), ("avx512", "avx512f")) if need in FEATURES]
@@ -28,30 +27,6 @@ def family(request, monkeypatch):
     if request.param == "widening":
         monkeypatch.setattr(apply, "EXTENSIONS", {})
     return request.param
-
-
-def ints(rng, dt, shape):
-    info = np.iinfo(dt)
-    return rng.integers(info.min, info.max + 1, shape).astype(dt)
-
-
-def int8_matmul(M, N, K, a_dt, b_dt, bias=False, relu=False, requant=None):
-    out_dt = "int32" if requant is None else requant[2]
-    bufs = [Buffer("A", a_dt, (M, K), "input"), Buffer("B", b_dt, (K, N), "input")]
-    if bias:
-        bufs.append(Buffer("bias", "int32", (N,), "input"))
-    if requant is not None and np.ndim(requant[0]):
-        bufs.append(Buffer("S", "float32", (N,), "input"))
-    bufs.append(Buffer("C", out_dt, (M, N), "output"))
-    rq = None
-    if requant is not None:
-        scale, zp, _ = requant
-        rq = Requant(Load(access("S", "n")) if np.ndim(scale) else Const(float(scale)), zp)
-    stmt = Compute("C", access("C", "m", "n"), Binary("mul", Load(access("A", "m", "k")), Load(access("B", "k", "n"))),
-                   reduce="add", init=Load(access("bias", "n")) if bias else "identity",
-                   post=Binary("max", Const(0), __import__("loopstack").looptree.ir.Acc()) if relu else None,
-                   requant=rq)
-    return make_tree(bufs, {"m": M, "n": N, "k": K}, nest([("m", 1), ("n", 1), ("k", 1)], stmt))
 
 
 def run(tree, target, arrays):
@@ -109,9 +84,7 @@ def test_requantized_int8_matmuls_match_the_interpreter(target, family, M, n_vec
 def test_int8_convolutions_are_exact(target, family, C, H, k_vec, R, stride, padding, layout, pair, seed):
     assume(H + 2 * padding >= R)
     K = k_vec * get_target(target).vector_bits // 32
-    base = conv2d_tree(1, C, H, H, K, R, R, stride=stride, padding=padding, layout=layout)
-    tree = LoopTree(tuple(replace(b, dtype={"X": pair[0], "Wt": pair[1], "Y": "int32"}[b.name]) for b in base.buffers),
-                    base.dims, base.body)
+    tree = int8_conv(C, H, K, R, stride, padding, layout, pair)
     rng = np.random.default_rng(seed)
     X, W = ints(rng, pair[0], tree.buffer("X").shape), ints(rng, pair[1], tree.buffer("Wt").shape)
     want = np.zeros(tree.buffer("Y").shape, np.int32)
@@ -139,3 +112,20 @@ def test_the_int8_bench_agrees_with_onnxruntime_bit_for_bit():
     assert all(r["exact"] for r in rows), [(r["name"], r["exact"]) for r in rows]
     assert rows[0]["gops"] > 0 and rows[0]["instr"] != "-"
     assert "QCONV-4" in bench_int8.format_table(rows)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["int32", "int8", "uint8"])
+@pytest.mark.parametrize("binary, unary", [("add", ()), ("sub", ("relu",)), ("mul", ()), ("max", ("neg",)),
+                                           ("min", ("abs",)), (None, ("relu",))])
+def test_integer_element_wise_code_runs_natively(target, dtype, binary, unary):
+    from loopstack.looptree.builders import elementwise_tree
+
+    tree = elementwise_tree((3, 7), unary=unary, binary=binary, dtype=dtype)
+    rng = np.random.default_rng(2)
+    ins = [ints(rng, dtype, (3, 7)) for _ in tree.inputs]
+    want = np.zeros((3, 7), dtype)
+    compile(tree, target="interp")(*ins, want)
+    out = np.zeros((3, 7), dtype)
+    compile(tree, target=target)(*ins, out)
+    np.testing.assert_array_equal(out, want)

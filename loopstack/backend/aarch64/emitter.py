@@ -23,7 +23,7 @@ from ...isa.aarch64.operands import SP, V, X, Mem
 from ...looptree.ir import REDUCE_IDENTITY, Access, LoopTree
 from ..emitter import Emitter
 from ..values import Shape, Val
-from . import vmath
+from . import integer, vmath
 
 ARITH = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "max": "fmax", "min": "fmin"}
 # caller-saved first: x0 is the argument block (read in the prologue), x1/x2 start/end (parallel
@@ -58,6 +58,8 @@ class A64Emitter(Emitter):
     def check_tree(cls, tree: LoopTree, target) -> None:
         want = target.compute_dtype
         for b in tree.buffers:       # fp32 arithmetic also reads and writes fp16 storage
+            if b.dtype in integer.INT_DTYPES and want == "float32":
+                continue             # integer statements: int32 lanes where fp32 ones are
             if b.dtype != want and not (b.dtype == "float16" and want == "float32"):
                 raise UnsupportedError(
                     f"target {target.name} computes in {want} (storage and arithmetic); buffer %{b.name} is "
@@ -145,6 +147,9 @@ class A64Emitter(Emitter):
         return dtype == "float16" and not self.fp16
 
     def load_into(self, reg: int, m, kind: str, shape: Shape, dtype: str) -> None:
+        if dtype in integer.INT_DTYPES:
+            integer.load_into(self, reg, m, kind, shape, dtype)
+            return
         a = self.asm
         v = V(self.phys[reg])
         self._lane0.discard(reg)
@@ -177,6 +182,9 @@ class A64Emitter(Emitter):
         a = self.asm
         m = self.address(access, static)
         dtype = self.dtype_of(access)
+        if dtype in integer.INT_DTYPES:
+            integer.store(self, reg, m, dtype, shape)
+            return
         if shape.vector:
             self.vec(reg)
         v = V(self.phys[reg])
@@ -200,6 +208,9 @@ class A64Emitter(Emitter):
         return self.asm.const(np.asarray(values, dt), align=16)
 
     def load_const(self, reg: int, value: float, shape: Shape) -> None:
+        if self.int:
+            integer.load_const(self, reg, value, shape)
+            return
         v = V(self.phys[reg])
         self._lane0.discard(reg)
         if value == 0.0 and str(value) == "0.0":
@@ -217,6 +228,9 @@ class A64Emitter(Emitter):
         self.asm.emit("mov", V(self.phys[dst]).b16, V(self.phys[src]).b16)
 
     def arith(self, op: str, d: int, a: int, b: Val, shape: Shape) -> None:
+        if self.int:
+            integer.arith(self, op, d, a, b, shape)
+            return
         x, y = self.vec(a), self.vec(b.reg)
         self.asm.emit(ARITH[op], self.out(d), x, y)
 
@@ -225,6 +239,9 @@ class A64Emitter(Emitter):
         return reg in self._lane0 and (not self.fp16 or self.phys[reg] < 16)
 
     def fma(self, acc: int, a: int, b: Val, shape: Shape) -> None:
+        if self.int:
+            integer.fma(self, acc, a, b, shape)
+            return
         if self._by_element(b.reg) and a not in self._lane0:
             self.asm.emit("fmla", self.vec(acc), self.vec(a), self._elem(V(self.phys[b.reg]), 0))
             return
@@ -234,10 +251,21 @@ class A64Emitter(Emitter):
         self.asm.emit("fmla", self.vec(acc), self.vec(a), self.vec(b.reg))
 
     def unary(self, op: str, d: int, x: int, shape: Shape) -> None:
+        if self.int:
+            integer.unary(self, op, d, x, shape)
+            return
         self.vec(x)
         vmath.unary(self, op, d, x)
 
+    def dot(self, acc: int, e, a: int, b: Val, shape: Shape) -> None:
+        integer.dot(self, acc, e, a, b, shape)
+
+    def requant(self, reg: int, stmt, static, shape: Shape) -> None:
+        integer.requant(self, reg, stmt, static, shape)
+
     def blend_identity(self, val: Val, reduce: str, shape: Shape) -> None:
+        if self.int:
+            raise UnsupportedError("integer reductions along a vector are not vectorised on AArch64")
         if not val.owned:
             reg = self.regs.alloc()
             self.copy(reg, val.reg, shape)

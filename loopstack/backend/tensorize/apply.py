@@ -17,15 +17,21 @@ from .rewrite import accumulation_dtype, tensorize
 
 # dot-product extensions a target's code may use when this CPU has them: VEX-encoded AVX-VNNI
 # runs wherever AVX2 code runs; EVEX AVX512_VNNI only beside AVX-512
-EXTENSIONS = {"avx2": frozenset({"avx_vnni"}), "avx512": frozenset({"avx512_vnni", "avx_vnni"})}
+EXTENSIONS = {"avx2": frozenset({"avx_vnni"}), "avx512": frozenset({"avx512_vnni", "avx_vnni"}),
+              "neon": frozenset({"asimddp"})}
 
 
 def target_features(target) -> frozenset[str]:
+    """What the target's code may use: its own features, a named CPU preset's (`cpu="apple-m1"`
+    has the dot product), and the extensions above that this host has when it is the target's."""
     from ...isa import cpu
+    from ...isa.target import CPU_PRESETS
     from ...isa.target import host_arch
 
     feats = set(target.required)
-    if target.arch == host_arch():
+    if getattr(target, "cpu", "") in CPU_PRESETS:
+        feats |= CPU_PRESETS[target.cpu][1]
+    elif target.arch == host_arch():
         feats |= EXTENSIONS.get(target.name, frozenset()) & cpu.cpu_features()
     return frozenset(f.lower() for f in feats)
 

@@ -26,7 +26,9 @@ from ...looptree.ir import Access, Affine, Binary, Buffer, Compute, Const, Dot, 
 from .inspect import Match, _bind, inspect
 from .registry import TensorInstr
 
-SHIFT = 128   # int8 -> uint8: a + 128; sum(a * b) = sum((a + 128) * b) - 128 * sum(b)
+# int8 -> uint8: a + 128, and sum(a * b) = sum((a + 128) * b) - 128 * sum(b); uint8 -> int8 the
+# other way round (AArch64's sdot has no unsigned x signed form)
+SHIFT = {("int8", "uint8"): 128, ("uint8", "int8"): -128}
 
 
 @dataclass(frozen=True)
@@ -80,13 +82,16 @@ def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]
     if accumulation_dtype(tree, stmt) != want["acc"]:
         raise UnsupportedError(f"{instr.name} accumulates {want['acc']}; %{stmt.out.buffer} is {dtype_of[stmt.out.buffer]}")
 
-    candidates = []      # (binding, compensate): exact dtypes first, then the compensated form
+    # (binding, shift of the broadcast operand): exact dtypes first, then the compensated form,
+    # where the activations differ from the instruction's operand in signedness alone
+    candidates = []
+    bn = instr.broadcast
     for b in _bind(instr.stmt.expr, stmt.expr, {}):
         got = {n: dtype_of[a.buffer] for n, a in b.items()}
         if got == {"a": want["a"], "b": want["b"]}:
-            candidates.insert(0, (b, False))
-        elif got["b"] == want["b"] and got["a"] == "int8" and want["a"] == "uint8" and instr.broadcast == "a":
-            candidates.append((b, True))
+            candidates.insert(0, (b, 0))
+        elif bn is not None and all(got[n] == want[n] for n in got if n != bn) and (got[bn], want[bn]) in SHIFT:
+            candidates.append((b, SHIFT[got[bn], want[bn]]))
     if not candidates:
         raise UnsupportedError(f"statement {stmt.name} computes {stmt.expr} over "
                                f"{' x '.join(sorted(set(dtype_of[a.buffer] for a in stmt.reads())))}; "
@@ -196,19 +201,21 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer, block) -> Rewrite:
                   for p in perm}
         extent[bp_pos] = Kp
         shape = tuple(extent[p] for p in perm)
-        ap = fresh(f"{bc.buffer}_{'u8' if compensate else 'kc'}")
-        buffers.append(Buffer(ap, "uint8" if compensate else bbuf.dtype, shape, "temp"))
+        staged_dtype = instr.desc.buffer(bname).dtype if compensate else bbuf.dtype
+        ap = fresh(f"{bc.buffer}_{'u8' if staged_dtype == 'uint8' and compensate else 's8' if compensate else 'kc'}")
+        buffers.append(Buffer(ap, staged_dtype, shape, "temp"))
         cdims = [fresh(f"{bc.buffer.lower()}{i}") for i in range(len(perm))]
         dims.update(zip(cdims, shape))
         src_index = [None] * len(perm)
         for q, p in enumerate(perm):
             src_index[p] = Affine.of(cdims[q], const=lo[p])
         src = Load(Access(bc.buffer, tuple(src_index), zero_pad=pad or bc.zero_pad))
-        expr = Binary("add", src, Const(SHIFT)) if compensate else src
+        expr = Binary("add", src, Const(compensate)) if compensate else src
         copy = Compute(fresh("stage"), Access(ap, tuple(Affine.of(c) for c in cdims)), expr)
         body.append(nest([(c, 1) for c in cdims], copy, names=[fresh(c + "_l") for c in cdims]))
         new_bc = Access(ap, tuple(replace(bc.index[p], const=bc.index[p].const - lo[p]) for p in perm))
-        steps.append(f"copy %{bc.buffer} with {r} innermost" + (", shifted by 128 to uint8" if compensate else "")
+        steps.append(f"copy %{bc.buffer} with {r} innermost"
+                     + (f", shifted by {compensate} to {staged_dtype}" if compensate else "")
                      + (", its zero border materialised" if bc.zero_pad else ""))
 
     # -- compensation: init -= 128 * sum over the reduction of the weights ---------------------
@@ -220,9 +227,9 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer, block) -> Rewrite:
         sum_stmt = Compute(fresh("wsum"), Access(comp, (Affine.of(lane),)),
                            Load(replace(vec, zero_pad=vec.zero_pad or pad)), reduce="add", init="identity")
         body.insert(0, nest(sum_order, sum_stmt, names=[fresh(f"{d}_s") for d, _ in sum_order]))
-        correction = Binary("mul", Const(-SHIFT), Load(Access(comp, (Affine.of(lane),))))
+        correction = Binary("mul", Const(-compensate), Load(Access(comp, (Affine.of(lane),))))
         init = correction if init == "identity" else Binary("add", init, correction)
-        steps.append(f"compensate: init -= 128 * sum of %{vec.buffer} over the reduction")
+        steps.append(f"compensate: init -= {compensate} * sum of %{vec.buffer} over the reduction")
 
     # -- the contraction, its instruction loops innermost ---------------------------------------
     out_others = [d for d in out_dims if d != lane and d in dims]

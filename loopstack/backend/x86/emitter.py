@@ -235,7 +235,8 @@ class X86Emitter(Emitter):
             return self.v(val.reg, shape)
         if val.mem.broadcast:
             return val.mem
-        return val.mem.with_bits(self.bits if shape.vector else 32)
+        # scalar integers live in an xmm register and read a whole one (vpaddd has no m32 form)
+        return val.mem.with_bits(self.bits if shape.vector else 128 if self.int else 32)
 
     def blend_identity(self, val: Val, reduce: str, shape: Shape) -> None:
         """Lanes past a reduction tail must not contribute: set them to the identity."""

@@ -30,15 +30,6 @@ def _vec_move(em) -> str:
     return "vmovdqu32" if em.avx512 else "vmovdqu"
 
 
-def operand(em, val: Val, shape: Shape):
-    """A source operand: scalar integers read a whole xmm from memory (constants are full vectors)."""
-    if val.reg is not None:
-        return em.v(val.reg, shape)
-    if val.mem.broadcast:
-        return val.mem
-    return val.mem.with_bits(em.bits if shape.vector else 128)
-
-
 def const(em, value) -> Mem:
     """A vector of the int32 `value` in the constant pool (infinite reduction identities clamp)."""
     v = float(value)
@@ -118,12 +109,12 @@ def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
 def arith(em, op: str, d: int, a: int, b: Val, shape: Shape) -> None:
     if op not in ARITH:
         raise UnsupportedError(f"integer {op} is not vectorised on x86 (add, sub, mul, max and min are)")
-    em.asm.emit(ARITH[op], em.v(d, shape), em.v(a, shape), operand(em, b, shape))
+    em.asm.emit(ARITH[op], em.v(d, shape), em.v(a, shape), em.operand(b, shape))
 
 
 def fma(em, acc: int, a: int, b: Val, shape: Shape) -> None:
     t = em.regs.alloc()
-    em.asm.emit("vpmulld", em.v(t, shape), em.v(a, shape), operand(em, b, shape))
+    em.asm.emit("vpmulld", em.v(t, shape), em.v(a, shape), em.operand(b, shape))
     em.asm.emit("vpaddd", em.v(acc, shape), em.v(acc, shape), em.v(t, shape))
     em.regs.release(t)
 
@@ -155,7 +146,7 @@ def dot(em, acc: int, e, a: int, b: Val, shape: Shape) -> None:
         b = loaded = em.to_reg(b, shape)
     scratch = [em.regs.alloc() for _ in range(instr.scratch)]
     mask = em.const_bits(0x00FF00FF).with_bits(em.bits)
-    emit_dot(em.asm, instr, em.v(acc, shape), em.v(a, shape), operand(em, b, shape),
+    emit_dot(em.asm, instr, em.v(acc, shape), em.v(a, shape), em.operand(b, shape),
              [em.v(r, shape) for r in scratch], mask)
     for r in scratch:
         em.regs.release(r)
