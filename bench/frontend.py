@@ -5,13 +5,14 @@
 Programs: a 512^3 matmul, the paper's CONV-2, and the paper's four MLPs (3 x (linear + bias +
 relu), constant weights), each with its generated default schedule.
 compile_ms: median time from building the expression to a compiled kernel (unify, lower,
-backend compile), with the compile cache cleared each time.  lower_ms: the frontend's
+backend compile), with the compile cache cleared each time; compile_cpu_ms: the same in this
+thread's CPU time (what other tenants of a shared machine disturb far less).  lower_ms: the frontend's
 share (build + default schedule + lowering).  cached_overhead_us: median time of
 `T.numpy()` on a cached program with the kernel's own work replaced by nothing.
 first_call_ms (mm512 and MLP-8x256 only): building the program, scheduling it and its first
 `T.numpy()` in a fresh Python process (after `import loopstack`, the data made), minus the same
 once warm with the compile cache cleared: what a process pays once for imports, tables and
-first-time set-up beyond the steady-state compile.
+first-time set-up beyond the steady-state compile (first_call_cpu_ms: in the process's CPU time).
 import_ms: `import loopstack` in that process. Bytecode caching follows the environment: with
 PYTHONDONTWRITEBYTECODE set and no __pycache__, every import also compiles its sources.
 """
@@ -86,43 +87,47 @@ t0 = time.perf_counter()
 import loopstack
 t1 = time.perf_counter()
 import frontend as f
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 f.PROGRAMS[{name!r}]().numpy({target!r})
-t3 = time.perf_counter()
-warm = []
+t3, c3 = time.perf_counter(), time.process_time()
+warm, warm_cpu = [], []
 for _ in range(5):
     f._run._CACHE.clear()
-    a = time.perf_counter()
+    a, b = time.perf_counter(), time.process_time()
     f.PROGRAMS[{name!r}]().numpy({target!r})
     warm.append(time.perf_counter() - a)
-print((t1 - t0) * 1e3, (t3 - t2) * 1e3, min(warm) * 1e3)
+    warm_cpu.append(time.process_time() - b)
+print((t1 - t0) * 1e3, (t3 - t2) * 1e3, min(warm) * 1e3, (c3 - c2) * 1e3, min(warm_cpu) * 1e3)
 """
 
 
 def first_call(name, target, runs=3):
-    """(import_ms, first_call_ms): medians over `runs` fresh processes (see the module docstring)."""
+    """(import_ms, first_call_ms, first_call_cpu_ms): medians over `runs` fresh processes (see
+    the module docstring)."""
     code = _FIRST_CALL.format(bench=os.path.dirname(os.path.abspath(__file__)), name=name, target=target)
-    imports, extra = [], []
+    imports, extra, extra_cpu = [], [], []
     for _ in range(runs):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-        imp, first, warm = map(float, out.split()[-3:])
+        imp, first, warm, first_cpu, warm_cpu = map(float, out.split()[-5:])
         imports.append(imp)
         extra.append(first - warm)
-    return statistics.median(imports), statistics.median(extra)
+        extra_cpu.append(first_cpu - warm_cpu)
+    return statistics.median(imports), statistics.median(extra), statistics.median(extra_cpu)
 
 
 def bench(name, build, target, reps):
-    comp, low = [], []
+    comp, low, cpu = [], [], []
     for _ in range(reps):
         _run._CACHE.clear()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         T = build()
         T.loop_tree.lower()
         t1 = time.perf_counter()
         T.compile(target)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.thread_time()
         low.append((t1 - t0) * 1e3)
         comp.append((t2 - t0) * 1e3)
+        cpu.append((c2 - c0) * 1e3)
     # The overhead of re-running a cached program: `.numpy()` with the kernel's machine code
     # replaced by nothing, so the (millisecond, noisy) kernel time does not drown it.
     T = build()
@@ -140,7 +145,8 @@ def bench(name, build, target, reps):
             over.append((time.perf_counter() - t0) * 1e6)
     finally:
         setattr(kernel, field, real)
-    return {"name": name, "compile_ms": statistics.median(comp), "lower_ms": statistics.median(low),
+    return {"name": name, "compile_ms": statistics.median(comp), "compile_cpu_ms": statistics.median(cpu),
+            "lower_ms": statistics.median(low),
             "cached_overhead_us": statistics.median(over)}
 
 
@@ -159,12 +165,13 @@ def main():
             for name, build in PROGRAMS.items()]
     for r in recs:
         if r["name"] in FIRST_CALL:
-            r["import_ms"], r["first_call_ms"] = first_call(r["name"], target)
+            r["import_ms"], r["first_call_ms"], r["first_call_cpu_ms"] = first_call(r["name"], target)
     print(f"target: {target}")
     for r in recs:
-        first = (f"   first call +{r['first_call_ms']:6.1f} ms (import {r['import_ms']:5.1f} ms)"
-                 if "first_call_ms" in r else "")
-        print(f"{r['name']:11s} compile {r['compile_ms']:8.2f} ms   lower {r['lower_ms']:7.2f} ms   "
+        first = (f"   first call +{r['first_call_ms']:6.1f} ms (cpu +{r['first_call_cpu_ms']:5.1f}, "
+                 f"import {r['import_ms']:5.1f} ms)" if "first_call_ms" in r else "")
+        print(f"{r['name']:11s} compile {r['compile_ms']:8.2f} ms (cpu {r['compile_cpu_ms']:6.2f})   "
+              f"lower {r['lower_ms']:7.2f} ms   "
               f"cached overhead {r['cached_overhead_us']:8.1f} us{first}")
     if a.json:
         with open(a.json, "w") as f:

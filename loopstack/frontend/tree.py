@@ -176,6 +176,9 @@ def sequence(graph: Graph, sched: dict, deps: dict) -> list[int]:
     return out
 
 
+_BUILT = frozenset({"sequence", "roots", "items", "_paths", "_leaf"})    # what LoopTree._build sets
+
+
 class LoopTree:
     """An immutable loop tree over a graph and its schedule."""
 
@@ -190,7 +193,8 @@ class LoopTree:
         for n in graph.nodes:
             if n.op in SCHEDULED:
                 check_order(graph, n, self._sched[n.id].order)
-        self._build()
+        # the loops and refs (_BUILT) are built on first use, by __getattr__: a schedule generator
+        # chains mutations whose intermediate trees nobody looks at
 
     # ------------------------------------------------------------------ construction
     def _build(self):
@@ -380,6 +384,9 @@ class LoopTree:
         return s
 
     def __getattr__(self, name):
+        if name in _BUILT:
+            self._build()
+            return self.__dict__[name]
         # schedule primitives live in mutate.py: tree.split(ref, 4) == mutate.split(tree, ref, 4)
         from . import mutate
 
