@@ -159,6 +159,8 @@ class ClusterPool:
         from ..frontend.serialize import serialize
 
         ray = _ray()
+        if not self.live():
+            raise ClusterError("every node of the cluster was lost: nothing left to measure on")
         texts = list(texts) if texts is not None else [serialize(t) for t in trees]
         results: list[Measurement | None] = [None] * len(texts)
         queue = deque(range(len(texts)))
@@ -170,8 +172,10 @@ class ClusterPool:
                     s.ref, s.probe = s.actor.measure.remote(texts[s.index], floor), False
                     s.deadline = time.monotonic() + self.timeout
             busy = [s for s in self.slots if s.ref is not None]
-            if not busy:
-                raise ClusterError(f"every node of the cluster was lost ({len(queue)} candidates unmeasured)")
+            if not busy:           # every node lost: what finished is returned (and recorded)
+                for i in queue:
+                    results[i] = Measurement(0.0, ERROR, 0.0, "not measured: every node of the cluster was lost")
+                break
             wait = max(0.0, min(s.deadline for s in busy) - time.monotonic())
             ready, _ = ray.wait([s.ref for s in busy], num_returns=1, timeout=wait)
             ready = set(ready)
@@ -206,7 +210,10 @@ class ClusterPool:
     def _overdue(self, ray, s: _Slot, results, queue, requeues) -> None:
         if s.probe:                # no answer after a restart: the node is gone
             return self._lose(s, queue, requeues, results)
-        ray.kill(s.actor, no_restart=False)      # a timed-out actor is dirty: restart it
+        try:
+            ray.kill(s.actor, no_restart=False)  # a timed-out actor is dirty: restart it
+        except ray.exceptions.RayError:
+            pass                                 # gone already: the ping below tells
         s.ref = None
         self._ping(s, Measurement(0.0, TIMEOUT, 0.0, f"no result after {self.timeout:g} s", s.label))
 
