@@ -44,7 +44,8 @@ from .measure import CRASH, ERROR, TIMEOUT, Measurement, measure_job, run_job, w
 
 PER = ("node", "core")
 MAX_REQUEUES = 2        # a candidate whose node dies under it this often counts as a crash
-DESCRIBE_S = 180.0      # for every actor to start and describe itself (a fresh worker imports numpy)
+DESCRIBE_S = 180.0      # for the first actor to start and describe itself
+DESCRIBE_GRACE_S = 60.0  # then for the others
 
 
 def _ray():
@@ -281,7 +282,8 @@ class Fleet:
     """The measuring actors of every node with CPUs, grouped into kinds (see the module doc).
 
     `per`: "node" (one actor holding all of a node's CPUs; a parallel candidate uses them all)
-    or "core" (one single-threaded actor per CPU: more candidates at once, each on one core).
+    or "core" (one single-threaded actor per CPU: more candidates at once, each on one core;
+    actors whose CPU other work holds are left out).
     `target`: a target name every node compiles for (None: each node's widest).
     `threads`: of a candidate's parallel loop (None: the CPUs its actor holds)."""
 
@@ -318,7 +320,13 @@ class Fleet:
         if not slots:
             raise ClusterError("the cluster has no live node with a CPU to measure on")
         pending = {s.actor.describe.remote(): s for s in slots}
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=DESCRIBE_S)
+        # the first actor may take a while (a fresh worker imports numpy); once one has started,
+        # the others get DESCRIBE_GRACE_S more: an actor still waiting then has found no free
+        # CPU on its node (with per="core", CPUs other work holds)
+        ready, rest = ray.wait(list(pending), num_returns=1, timeout=DESCRIBE_S)
+        if ready and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=DESCRIBE_GRACE_S)
+            ready += more
         described = []
         for ref in ready:
             try:
