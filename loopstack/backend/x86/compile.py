@@ -41,6 +41,16 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
+def _forget_pool_after_fork() -> None:
+    """A forked child (the tuner's measuring workers) inherits the pool without its threads:
+    work handed to it would wait forever. The child makes a pool of its own when it needs one."""
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def compile_x86(tree: LoopTree, target=None, unroll_limit: int | None = None) -> "X86Kernel":
     t0 = time.perf_counter()
     target = get_target(target)          # a CPU without the instruction set fails here, before any code
