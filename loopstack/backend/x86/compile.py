@@ -6,10 +6,9 @@
 Each top-level node becomes its own machine-code function `f(void **args, i64 start,
 i64 end)`; the Kernel calls them in order, except that the leading nests which only pack
 constant inputs run when the kernel is given arrays it did not see in the call before. A top-level loop annotated "parallel" is
-split into chunks of iterations [start, end) run on `kernel.threads` threads (every core
-unless set; a new count applies from the next call): cffi releases the GIL during the
-call, and every thread gets its own copy of the intermediates that live only inside
-that loop.
+split into chunks of iterations [start, end) run on a thread pool: cffi releases the
+GIL during the call, and every thread gets its own copy of the intermediates that live
+only inside that loop.
 """
 from __future__ import annotations
 
