@@ -63,9 +63,9 @@ def _scripted_job(text, inputs, reference, runs, target, floor):
 
 def test_a_crash_or_a_hang_costs_that_candidate_only(cluster):
     texts = ["ok", "crash", "okk", "hang", "okkk", "okkkk"]
-    with Fleet([], None, runs=1, timeout=4.0, job=_scripted_job) as fleet:
-        (kind,) = fleet.kinds                       # two nodes of this one machine
-        assert len(kind.nodes) == 2 and kind.peak_gflops > 0
+    with Fleet([], None, runs=1, timeout=4.0, job=_scripted_job, per="core") as fleet:
+        (kind,) = fleet.kinds                       # two nodes of this one machine, a CPU each
+        assert len(kind.nodes) == 2 and all(n.endswith("/0") for n in kind.nodes) and kind.peak_gflops > 0
         assert kind.identity == lt.isa.target.host_target().identity
         got = kind.pool.measure(None, texts=texts)
         assert [m.status for m in got] == [OK, CRASH, OK, TIMEOUT, OK, OK]
