@@ -44,10 +44,9 @@ def _bar(session) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..workloads import get_workload
+    from ..errors import ArgumentError
     from .api import TuneConfig, tune
     from .db import TuningDB
-
-    from ..errors import ArgumentError
 
     if args.threads is not None and args.threads < 1:
         raise ArgumentError(f"--threads {args.threads}: expected a positive thread count")
