@@ -6,6 +6,12 @@ thread and on N.
 Per workload: GFLOPS on 1 thread and on N (default: every core), each the median of R
 interleaved rounds (best of several calls per round), the speed-up, and whether both outputs
 are bit-identical (each output element is computed by one thread, in the serial order).
+
+On a machine other tenants keep busy the wall-clock speed-up says little (a thread waits
+for a core). Two figures do not depend on that: `cpu` is the CPU time of an N-thread call
+over a one-thread call's (1.00: splitting costs no extra work), and `bound` the speed-up
+the split allows when every thread has a core of its own (whole iterations of the parallel
+loop per thread: 4 iterations on 3 threads allow 2x).
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import argparse
 import json
 import os
 import statistics
+import time
 
 import numpy as np
 
@@ -40,13 +47,27 @@ def _build(name: str):
     return w.build(0)[0], w.flops
 
 
+def split_bound(iterations: int, threads: int) -> float:
+    """The speed-up of `iterations` whole iterations over `threads` threads with a core each."""
+    used = min(threads, iterations)
+    return iterations / -(-iterations // used) if iterations else 1.0
+
+
+def _parallel_iterations(tree) -> int:
+    """Iterations of the largest parallel loop of a frontend tree (0: none)."""
+    counts = [tree.loop(a.args[0]).entry for a in tree.actions if a.kind == "annotate" and a.args[1] == "parallel"]
+    return max((c + (1 if t else 0) for _, c, t in counts), default=0)
+
+
 def measure(name: str, threads: int, rounds: int) -> dict:
     Y, flops = _build(name)
-    Y.set(default_schedule(Y))
+    tree = default_schedule(Y)
+    Y.set(tree)
     kernel = Y.compile()
     inputs = [r.data for r in program(Y).reads]
     out = {}
     gflops = {1: [], threads: []}
+    cpu = {1: [], threads: []}
     for t in gflops:
         kernel.threads = t
         out[t] = empty_aligned(Y.shape, np.float32)
@@ -54,12 +75,22 @@ def measure(name: str, threads: int, rounds: int) -> dict:
     for _ in range(rounds):
         for t in gflops:
             kernel.threads = t
-            sec = best_seconds(lambda: kernel(*inputs, out[t]), runs=5, warmup=1, min_seconds=0.05)
+            calls = [0]
+
+            def call():
+                calls[0] += 1
+                kernel(*inputs, out[t])
+
+            c0 = time.process_time()
+            sec = best_seconds(call, runs=5, warmup=1, min_seconds=0.05)
+            cpu[t].append((time.process_time() - c0) / calls[0])
             gflops[t].append(flops / sec / 1e9)
     one, many = statistics.median(gflops[1]), statistics.median(gflops[threads])
     return {"name": f"{name}-parallel", "gflops_1_thread": one, "gflops_threads": many, "threads": threads,
             "speedup": many / one, "identical": bool(np.array_equal(out[1], out[threads])),
-            "parallel": bool(kernel._parallel)}
+            "parallel": bool(kernel._parallel),
+            "cpu_ratio": statistics.median(cpu[threads]) / statistics.median(cpu[1]),
+            "speedup_bound": split_bound(_parallel_iterations(tree), threads)}
 
 
 def main(argv=None) -> int:
@@ -71,13 +102,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     n = args.threads
     records = []
-    print(f"{'workload':<12} {'1 thread':>9} {f'{n} threads':>10} {'speed-up':>9}  identical")
+    print(f"{'workload':<12} {'1 thread':>9} {f'{n} threads':>10} {'speed-up':>9} {'cpu':>6} {'bound':>6}  identical")
     for name in args.workloads.split(","):
         rec = measure(name.strip(), n, args.rounds)
         records.append(rec)
         note = "" if rec["parallel"] else "  (serial schedule: too small to split)"
         print(f"{name:<12} {rec['gflops_1_thread']:9.1f} {rec['gflops_threads']:10.1f} {rec['speedup']:8.2f}x"
-              f"  {rec['identical']}{note}")
+              f" {rec['cpu_ratio']:6.2f} {rec['speedup_bound']:5.2f}x  {rec['identical']}{note}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)
