@@ -1,52 +1,114 @@
-"""Parallel loops: the packed matmul with its outermost (panel) loop annotated "parallel".
+"""Threads: the default schedules (a large nest's outermost output loop runs in parallel) on one
+thread and on N.
 
-    python bench/parallel.py [--json FILE]
+    python bench/parallel.py [--threads N] [--rounds R] [--workloads A,B,...] [--json FILE]
 
-For each size: GFLOPS with 1 thread and with every core, the speed-up, and a check that
-both runs give bit-identical results (each output element is computed by one thread, in
-the same order as the serial run).
+Per workload: GFLOPS on 1 thread and on N (default: every core), each the median of R
+interleaved rounds (best of several calls per round), the speed-up, and whether both outputs
+are bit-identical (each output element is computed by one thread, in the serial order).
+
+On a machine other tenants keep busy the wall-clock speed-up says little (a thread waits
+for a core). Two figures do not depend on that: `cpu` is the CPU time of an N-thread call
+over a one-thread call's (1.00: splitting costs no extra work), and `bound` the speed-up
+the split allows when every thread has a core of its own (whole iterations of the parallel
+loop per thread: 4 iterations on 3 threads allow 2x).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-from dataclasses import replace
+import statistics
+import time
 
 import numpy as np
 
-from loopstack.backend import compile
-from loopstack.looptree.builders import packed_matmul_tree
+from loopstack.backend.kernel_base import empty_aligned
+from loopstack.frontend.run import program
+from loopstack.timing import best_seconds
+from loopstack.tune.defaults import default_schedule
+from loopstack.workloads import get_workload
 
-from loopnest import _best_seconds
+WORKLOADS = "MM-256,MM-512,MM-1024,CONV-1,CONV-2,CONV-3,MLP-8x1024,MLP-64x256,MLP-64x1024"
+
+
+def _build(name: str):
+    """(tensor, flops): a benchmark workload, or MM-N for any N."""
+    if name.startswith("MM-") and name not in ("MM-64", "MM-128", "MM-256", "MM-512"):
+        import loopstack as lt
+
+        n = int(name[3:])
+        rng = np.random.default_rng(0)
+        s = lt.SymbolGenerator()
+        A = lt.Tensor(rng.standard_normal((n, n)).astype(np.float32)).to(s.m, s.k)
+        B = lt.Tensor(rng.standard_normal((n, n)).astype(np.float32)).to(s.k, s.n)
+        return (A * B).sum(s.k), 2 * n ** 3
+    w = get_workload(name)
+    return w.build(0)[0], w.flops
+
+
+def split_bound(iterations: int, threads: int) -> float:
+    """The speed-up of `iterations` whole iterations over `threads` threads with a core each."""
+    used = min(threads, iterations)
+    return iterations / -(-iterations // used) if iterations else 1.0
+
+
+def _parallel_iterations(tree) -> int:
+    """Iterations of the largest parallel loop of a frontend tree (0: none)."""
+    counts = [tree.loop(a.args[0]).entry for a in tree.actions if a.kind == "annotate" and a.args[1] == "parallel"]
+    return max((c + (1 if t else 0) for _, c, t in counts), default=0)
+
+
+def measure(name: str, threads: int, rounds: int) -> dict:
+    Y, flops = _build(name)
+    tree = default_schedule(Y)
+    Y.set(tree)
+    kernel = Y.compile()
+    inputs = [r.data for r in program(Y).reads]
+    out = {}
+    gflops = {1: [], threads: []}
+    cpu = {1: [], threads: []}
+    for t in gflops:
+        kernel.threads = t
+        out[t] = empty_aligned(Y.shape, np.float32)
+        kernel(*inputs, out[t])
+    for _ in range(rounds):
+        for t in gflops:
+            kernel.threads = t
+            calls = [0]
+
+            def call():
+                calls[0] += 1
+                kernel(*inputs, out[t])
+
+            c0 = time.process_time()
+            sec = best_seconds(call, runs=5, warmup=1, min_seconds=0.05)
+            cpu[t].append((time.process_time() - c0) / calls[0])
+            gflops[t].append(flops / sec / 1e9)
+    one, many = statistics.median(gflops[1]), statistics.median(gflops[threads])
+    return {"name": f"{name}-parallel", "gflops_1_thread": one, "gflops_threads": many, "threads": threads,
+            "speedup": many / one, "identical": bool(np.array_equal(out[1], out[threads])),
+            "parallel": bool(kernel._parallel),
+            "cpu_ratio": statistics.median(cpu[threads]) / statistics.median(cpu[1]),
+            "speedup_bound": split_bound(_parallel_iterations(tree), threads)}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--workloads", default=WORKLOADS)
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
-    cores = os.cpu_count() or 1
+    n = args.threads
     records = []
-    print(f"{'operator':<10} {'1 thread':>10} {f'{cores} threads':>11} {'speed-up':>9}  identical")
-    for n in (256, 512, 1024):
-        tree = packed_matmul_tree(n, n, n)
-        tree = replace(tree, body=(replace(tree.body[0], annotations=frozenset({"parallel"})),))
-        kernel = compile(tree)
-        rng = np.random.default_rng(0)
-        A, B = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-        C = np.zeros((n, n), np.float32)
-        out, gflops = {}, {}
-        for threads in (1, cores):
-            kernel.threads = threads
-            kernel(A, B, C)
-            out[threads] = C.copy()
-            gflops[threads] = kernel.flops / _best_seconds(lambda: kernel._execute((A, B, C))) / 1e9
-        same = bool(np.array_equal(out[1], out[cores]))
-        assert np.abs(out[1] - A @ B).max() < 1e-2 * n ** 0.5
-        rec = {"name": f"MM-{n}-parallel", "gflops_1_thread": gflops[1], "gflops_all_threads": gflops[cores],
-               "threads": cores, "speedup": gflops[cores] / gflops[1], "identical": same}
+    print(f"{'workload':<12} {'1 thread':>9} {f'{n} threads':>10} {'speed-up':>9} {'cpu':>6} {'bound':>6}  identical")
+    for name in args.workloads.split(","):
+        rec = measure(name.strip(), n, args.rounds)
         records.append(rec)
-        print(f"MM-{n:<7} {gflops[1]:10.1f} {gflops[cores]:11.1f} {rec['speedup']:8.2f}x  {same}")
+        note = "" if rec["parallel"] else "  (serial schedule: too small to split)"
+        print(f"{name:<12} {rec['gflops_1_thread']:9.1f} {rec['gflops_threads']:10.1f} {rec['speedup']:8.2f}x"
+              f" {rec['cpu_ratio']:6.2f} {rec['speedup_bound']:5.2f}x  {rec['identical']}{note}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)

@@ -51,6 +51,16 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
+def _forget_pool_after_fork() -> None:
+    """A forked child (the tuner's measuring workers) inherits the pool without its threads:
+    work handed to it would wait forever. The child makes a pool of its own when it needs one."""
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def in_float16(tree: LoopTree) -> LoopTree:
     """The same program with every float32 buffer in float16 (what neon_fp16 computes)."""
     import dataclasses

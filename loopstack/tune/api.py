@@ -2,6 +2,7 @@
 
     result = lt.tune(C, budget_s=60, mapper="scripted", cost_model="measure", workers=1)
     result.gflops, result.default_gflops, result.actions, result.tree, result.history
+    result = lt.tune(C, budget_s=60, cluster="auto")     # measured on a Ray cluster (tune.cluster)
 
 Configuration is an explicit frozen `TuneConfig`; `TuneConfig.from_env()` reads
 `LOOPSTACK_TUNING_DB` (through `lookup.configured_db_path`, which the schedule lookup of

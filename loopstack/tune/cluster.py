@@ -44,7 +44,8 @@ from .measure import CRASH, ERROR, TIMEOUT, Measurement, measure_job, run_job, w
 
 PER = ("node", "core")
 MAX_REQUEUES = 2        # a candidate whose node dies under it this often counts as a crash
-DESCRIBE_S = 180.0      # for every actor to start and describe itself (a fresh worker imports numpy)
+DESCRIBE_S = 180.0      # for the first actor to start and describe itself
+DESCRIBE_GRACE_S = 60.0  # then for the others
 
 
 def _ray():
@@ -159,6 +160,8 @@ class ClusterPool:
         from ..frontend.serialize import serialize
 
         ray = _ray()
+        if not self.live():
+            raise ClusterError("every node of the cluster was lost: nothing left to measure on")
         texts = list(texts) if texts is not None else [serialize(t) for t in trees]
         results: list[Measurement | None] = [None] * len(texts)
         queue = deque(range(len(texts)))
@@ -170,8 +173,10 @@ class ClusterPool:
                     s.ref, s.probe = s.actor.measure.remote(texts[s.index], floor), False
                     s.deadline = time.monotonic() + self.timeout
             busy = [s for s in self.slots if s.ref is not None]
-            if not busy:
-                raise ClusterError(f"every node of the cluster was lost ({len(queue)} candidates unmeasured)")
+            if not busy:           # every node lost: what finished is returned (and recorded)
+                for i in queue:
+                    results[i] = Measurement(0.0, ERROR, 0.0, "not measured: every node of the cluster was lost")
+                break
             wait = max(0.0, min(s.deadline for s in busy) - time.monotonic())
             ready, _ = ray.wait([s.ref for s in busy], num_returns=1, timeout=wait)
             ready = set(ready)
@@ -206,7 +211,10 @@ class ClusterPool:
     def _overdue(self, ray, s: _Slot, results, queue, requeues) -> None:
         if s.probe:                # no answer after a restart: the node is gone
             return self._lose(s, queue, requeues, results)
-        ray.kill(s.actor, no_restart=False)      # a timed-out actor is dirty: restart it
+        try:
+            ray.kill(s.actor, no_restart=False)  # a timed-out actor is dirty: restart it
+        except ray.exceptions.RayError:
+            pass                                 # gone already: the ping below tells
         s.ref = None
         self._ping(s, Measurement(0.0, TIMEOUT, 0.0, f"no result after {self.timeout:g} s", s.label))
 
@@ -274,7 +282,8 @@ class Fleet:
     """The measuring actors of every node with CPUs, grouped into kinds (see the module doc).
 
     `per`: "node" (one actor holding all of a node's CPUs; a parallel candidate uses them all)
-    or "core" (one single-threaded actor per CPU: more candidates at once, each on one core).
+    or "core" (one single-threaded actor per CPU: more candidates at once, each on one core;
+    actors whose CPU other work holds are left out).
     `target`: a target name every node compiles for (None: each node's widest).
     `threads`: of a candidate's parallel loop (None: the CPUs its actor holds)."""
 
@@ -311,7 +320,13 @@ class Fleet:
         if not slots:
             raise ClusterError("the cluster has no live node with a CPU to measure on")
         pending = {s.actor.describe.remote(): s for s in slots}
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=DESCRIBE_S)
+        # the first actor may take a while (a fresh worker imports numpy); once one has started,
+        # the others get DESCRIBE_GRACE_S more: an actor still waiting then has found no free
+        # CPU on its node (with per="core", CPUs other work holds)
+        ready, rest = ray.wait(list(pending), num_returns=1, timeout=DESCRIBE_S)
+        if ready and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=DESCRIBE_GRACE_S)
+            ready += more
         described = []
         for ref in ready:
             try:

@@ -18,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                           "`ray start --head` prints it, or ray://HOST:PORT")
     parser.add_argument("--per", default="node", choices=("node", "core"),
                         help="with --ray: one measuring actor per node (all its CPUs) or per CPU")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="threads of a candidate's parallel loop (default: each measuring worker's "
+                             "share of its machine's cores; 1 tunes for one thread)")
     parser.add_argument("--from", dest="start", default="default", choices=("default", "unscheduled"),
                         help="start the search from the default schedule or the unscheduled program")
     parser.add_argument("--db", metavar="PATH", help="tuning database (default: $LOOPSTACK_TUNING_DB or "
@@ -41,10 +44,13 @@ def _bar(session) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..workloads import get_workload
+    from ..errors import ArgumentError
     from .api import TuneConfig, tune
     from .db import TuningDB
 
-    config = TuneConfig.from_env(args.db, use_db=not args.no_db, seed=args.seed)
+    if args.threads is not None and args.threads < 1:
+        raise ArgumentError(f"--threads {args.threads}: expected a positive thread count")
+    config = TuneConfig.from_env(args.db, use_db=not args.no_db, seed=args.seed, threads=args.threads)
     if args.import_:
         with TuningDB(config.db_path) as db:
             c = db.import_jsonl(args.import_)

@@ -70,11 +70,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_stats(rows: list, path: str) -> str:
-    head = f"{'workload':<14} {'target':<34} {'rows':>6} {'ok':>6} {'nodes':>5} {'best meas.':>10} {'best':>8}"
+    head = f"{'workload':<14} {'target':<48} {'rows':>6} {'ok':>6} {'nodes':>5} {'best meas.':>10} {'best':>8}"
     lines = [path, head, "-" * len(head)]
     for r in rows:
         best = f"{r['best_gflops']:8.1f}" if r["best_gflops"] is not None else f"{'-':>8}"
-        lines.append(f"{(r['name'] or r['program'][:12]):<14} {r['target'][:34]:<34} {r['measurements']:6d} "
+        lines.append(f"{(r['name'] or r['program'][:12]):<14} {r['target'][:48]:<48} {r['measurements']:6d} "
                      f"{r['ok']:6d} {r['nodes']:5d} {r['best_measured_gflops']:10.1f} {best}")
     lines.append(f"{len(rows)} program/target pairs, {sum(r['measurements'] for r in rows)} measurements")
     return "\n".join(lines)

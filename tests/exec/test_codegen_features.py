@@ -314,6 +314,33 @@ def test_thread_count_takes_effect_whenever_it_is_set(monkeypatch):
     assert pool.chunks == 2
 
 
+def _run_in_child(kernel, A, B, conn):
+    C = np.zeros((A.shape[0], B.shape[1]), np.float32)
+    kernel(A, B, C)
+    conn.send(C)
+
+
+def test_a_forked_child_runs_parallel_kernels_on_threads_of_its_own():
+    """The tuner forks its measuring workers: a child must not wait on the parent's pool threads,
+    which do not exist in it."""
+    import multiprocessing as mp
+
+    kernel = compile(_parallel_matmul(61, 40, 33))
+    kernel.threads = 2
+    A, B = matmul_args(61, 40, 33)
+    kernel.run(A, B)                # the parent's pool now has its threads
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_run_in_child, args=(kernel, A, B, child))
+    p.start()
+    try:
+        assert parent.poll(30), "the child's parallel call never finished"
+        np.testing.assert_allclose(parent.recv(), A @ B, rtol=1e-4, atol=1e-4)
+    finally:
+        p.kill()
+        p.join()
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
 def test_thread_count_must_be_a_positive_integer(bad):
     kernel = compile(_parallel_matmul(8, 16, 8))

@@ -150,6 +150,17 @@ def test_each_kind_of_machine_gets_its_own_search_and_its_own_rows(tmp_path, mon
             assert db.best(r.program, identity) is not None
 
 
+def test_nodes_are_grouped_into_kinds_by_their_target_identity():
+    zen3 = {"identity": "avx2/zen3", "target": get_target("avx2", check=False), "peak_gflops": 100.0}
+    xeon = {"identity": "avx512/xeon", "target": get_target("avx512", check=False), "peak_gflops": 160.0}
+    described = [("s1", dict(zen3, label="a")), ("s2", dict(xeon, label="b")),
+                 ("s3", dict(zen3, label="c", peak_gflops=104.0))]
+    kinds = tcluster.group_kinds(described, make_pool=tuple)
+    assert [(k.identity, k.nodes, k.pool, k.peak_gflops) for k in kinds] == [
+        ("avx2/zen3", ["a", "c"], ("s1", "s3"), 104.0), ("avx512/xeon", ["b"], ("s2",), 160.0)]
+    assert kinds[1].target.vector_bits == 512
+
+
 class _null:
     def __enter__(self):
         return None
