@@ -30,15 +30,17 @@ from ..constants import hoist_constant_packs
 from ..rewrite import split_init_post, split_padded_nests, stage_padded_reads
 from .nest import SegmentCompiler, max_accumulators
 
-_POOL: ThreadPoolExecutor | None = None
+_POOL: tuple[int, ThreadPoolExecutor] | None = None    # (pid that made it, pool)
 _UNBOUND = (object(),)      # no call's arguments are these
 
 
 def _pool() -> ThreadPoolExecutor:
+    """The worker threads of parallel loops. A forked child gets a pool of its own: the
+    parent's threads do not exist there, and its pool would wait on them forever."""
     global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="loopstack")
-    return _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="loopstack"))
+    return _POOL[1]
 
 
 def compile_x86(tree: LoopTree, target=None, unroll_limit: int | None = None) -> "X86Kernel":
