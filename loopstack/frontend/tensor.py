@@ -150,7 +150,7 @@ class Tensor:
                                  f"shape {shape}")
         node.known = [k for k in node.known if k[2].startswith("declared")] + [
             (s, arr.shape[i], f"data bound to input dim {i}") for i, s in enumerate(node.vars)]
-        node.data = np.ascontiguousarray(arr)
+        node.data = np.ascontiguousarray(arr).reshape(arr.shape)   # a 0-d array stays 0-d
         node.dtype = dt.name
         self._cache = None
         return self
@@ -221,6 +221,8 @@ class Tensor:
                 if k in cons:
                     raise SymbolError(f"to: {k.name} is constrained twice")
                 cons[k] = e
+            elif k in syms and not e.terms and not e.scaled:
+                continue    # a new dimension the tensor does not have: broadcast along it
             elif k in syms:
                 src = [s for s in e.terms if s in node.vars]
                 if len(src) != 1 or e.terms[src[0]] not in (1, -1) or any(t in node.vars for t, _ in e.scaled):
