@@ -365,11 +365,21 @@ class Tensor:
     def __rtruediv__(self, o): return self._binary("div", o, True)
     def __neg__(self): return self._unary("neg")
 
-    def max(self, other) -> "Tensor":
-        return self._binary("max", other)
+    def max(self, *args) -> "Tensor":
+        """Element-wise with a tensor or number (`T.max(zero)`); over dimensions when given
+        Symbols (`X.max(kh, kw)`), as loop_tool spells both."""
+        if args and all(isinstance(a, Symbol) for a in args):
+            return self.max_reduce(*args)
+        if len(args) != 1:
+            raise ShapeError(f"max: one tensor or number, or dimensions to reduce; got {args!r}")
+        return self._binary("max", args[0])
 
-    def min(self, other) -> "Tensor":
-        return self._binary("min", other)
+    def min(self, *args) -> "Tensor":
+        if args and all(isinstance(a, Symbol) for a in args):
+            return self.min_reduce(*args)
+        if len(args) != 1:
+            raise ShapeError(f"min: one tensor or number, or dimensions to reduce; got {args!r}")
+        return self._binary("min", args[0])
 
     def exp(self): return self._unary("exp")
     def log(self): return self._unary("log")

@@ -196,3 +196,15 @@ def _loop_over(tree, var, node_id):
     """A loop over `var` that does not enclose node `node_id`."""
     path = tree.path(tree.ref_of(node_id))
     return next(r for r in tree.loops if tree.item(r).entry[0] == var and r not in path)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_max_and_min_reduce_when_given_dimensions(target):
+    s = lt.SymbolGenerator()
+    x, y = r(5, 7), r(7)
+    X = lt.Tensor(x).to(s.i, s.j)
+    np.testing.assert_array_equal(run(X.max(s.j), target), x.max(1))
+    np.testing.assert_array_equal(run(X.min(s.i, s.j) + 0.0, target), x.min())
+    np.testing.assert_array_equal(run(X.max(lt.Tensor(y).to(s.j)), target), np.maximum(x, y))
+    with pytest.raises(lt.ShapeError, match="max: one tensor or number, or dimensions to reduce"):
+        X.max()
