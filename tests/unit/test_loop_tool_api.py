@@ -208,3 +208,17 @@ def test_max_and_min_reduce_when_given_dimensions(target):
     np.testing.assert_array_equal(run(X.max(lt.Tensor(y).to(s.j)), target), np.maximum(x, y))
     with pytest.raises(lt.ShapeError, match="max: one tensor or number, or dimensions to reduce"):
         X.max()
+
+
+def test_set_order_takes_loop_tools_var_size_tail_pairs():
+    """loop_tool's README schedules `ir.set_order(n, [(v, (8, 0)), (v, (16, 0))])`."""
+    N, K = lt.symbols("N K")
+    x, z = r(128), r(128)
+    W = (lt.Tensor(z).to(N) * lt.Tensor(x).to(N)).sum(N)
+    t = W.loop_tree
+    for nid, _ in t.schedule:
+        if t.graph.node(nid).op != "write":
+            t = t.set_order(nid, [("N", (8, 0)), ("N", (16, 0))])
+    assert str(t).splitlines()[:2] == ["for N in 8 : L0", " for N' in 16 : L1"]
+    W.set(t)
+    np.testing.assert_allclose(W.numpy(), np.sum(x * z), 1e-4, 1e-4)
