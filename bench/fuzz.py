@@ -273,8 +273,82 @@ def mix(G: Gen):
     return C.sum(s.n), R.sum(1)
 
 
+def einstein(G: Gen):
+    """The paper's Einstein form: C[m, n] = A[m, k] * B[k, n] (k summed), or lt.einsum, with the
+    output written transposed."""
+    s = lt.SymbolGenerator()
+    m, k, n = G.size(), G.size(), G.size()
+    a, b = G.array(m, k), G.array(k, n)
+    A, B = lt.Tensor(a), lt.Tensor(b)
+    if G.r.random() < 0.5:
+        C = lt.Tensor(s.n, s.m)
+        C[s.n, s.m] = A[s.m, s.k] * B[s.k, s.n]
+        return C, (a @ b).T
+    return lt.einsum("mk,kn->nm", A, B), (a @ b).T
+
+
+def half(G: Gen):
+    """float16 storage: an element-wise chain or a matmul on half-precision arrays."""
+    s = lt.SymbolGenerator()
+    m, n = G.size(), G.size()
+    x, y = G.array(m, n).astype(np.float16), G.array(n).astype(np.float16)
+    X, Y = lt.Tensor(x).to(s.i, s.j), lt.Tensor(y).to(s.j)
+    if G.r.random() < 0.5:
+        w = G.array(n, G.size()).astype(np.float16)
+        T = (X * lt.Tensor(w).to(s.j, s.o)).sum(s.j)
+        R = x.astype(np.float32) @ w.astype(np.float32)
+    else:
+        T, R = lt.nn.relu(X * Y + 0.5), np.maximum(x.astype(np.float32) * y.astype(np.float32) + 0.5, 0)
+    return T, R
+
+
+def constant(G: Gen):
+    """A dense layer whose weights are declared constant (a kernel may pack them once per
+    array: the guarded runs hand it new arrays, which it must pack again)."""
+    s = lt.SymbolGenerator()
+    b, i, o = G.size(1, 8), G.size(1, 40), G.size(1, 40)
+    x, w, bias = G.array(b, i), G.array(i, o), G.array(o)
+    W = lt.Tensor(w, constant=True).to(s.i, s.o)
+    T = (lt.Tensor(x).to(s.b, s.i) * W).sum(s.i) + lt.Tensor(bias, constant=True).to(s.o)
+    act = G.r.choice(ACTIVATIONS)
+    R = x @ w + bias
+    if act:
+        f, g = UNARY[act]
+        T, R = f(T), g(R)
+    return T, R
+
+
+def flatten(G: Gen):
+    """Two dimensions flattened into one, then a broadcast op along the flat one."""
+    s = lt.SymbolGenerator()
+    a, b, c = G.size(1, 6), G.size(1, 6), G.size(1, 6)
+    x, y = G.array(a, b, c), G.array(b * c)
+    F = lt.Tensor(x).to(s.a, s.b, s.c).flatten(s.b, s.c)
+    T = F + lt.Tensor(y).to(F.symbolic_shape[1])
+    return T, x.reshape(a, b * c) + y
+
+
+def conv_nhwc(G: Gen):
+    """lt.nn.conv on channels-last input with stride, dilation and padding (the benchmarks' layout)."""
+    s = lt.SymbolGenerator()
+    c, o = G.size(1, 8), G.size(1, 12)
+    k, stride, dil, pad = G.r.randint(1, 3), G.r.randint(1, 2), G.r.randint(1, 2), G.r.randint(0, 1)
+    h = G.r.randint(max(1, dil * (k - 1) + 1 - 2 * pad), 10)
+    wd = G.r.randint(max(1, dil * (k - 1) + 1 - 2 * pad), 10)
+    x, w = G.array(h, wd, c), G.array(k, k, c, o)
+    X = lt.Tensor(x).to(s.h, s.w, s.c)
+    if pad:
+        X = lt.nn.pad(X, (s.h, pad), (s.w, pad))
+    Y = lt.nn.conv(X, lt.Tensor(w).to(s.kh, s.kw, s.c, s.o), X.symbolic_shape[:2], (s.kh, s.kw),
+                   stride=stride, dilation=dil)
+    R = _conv_ref(x.transpose(2, 0, 1), w.transpose(3, 2, 0, 1), stride, dil, pad, False).transpose(1, 2, 0)
+    return Y, R
+
+
 FAMILIES = {"eltwise": eltwise, "reduction": reduction, "matmul": matmul, "mlp": mlp, "conv": conv,
-            "conv1d": conv1d, "pool": pool, "concat": concat, "softmax": softmax, "mix": mix}
+            "conv1d": conv1d, "pool": pool, "concat": concat, "softmax": softmax, "mix": mix,
+            "einstein": einstein, "half": half, "constant": constant, "flatten": flatten,
+            "conv_nhwc": conv_nhwc}
 
 
 def random_program(rnd: random.Random):
@@ -392,7 +466,8 @@ def _close(got, ref) -> bool:
     if got.shape != ref.shape:
         return False
     scale = max(1.0, float(np.abs(ref).max(initial=0.0)))
-    return bool(np.allclose(got, ref, rtol=2e-3, atol=2e-3 * scale, equal_nan=False))
+    tol = 1e-2 if got.dtype == np.float16 else 2e-3          # half precision stores 11 bits
+    return bool(np.allclose(got.astype(np.float32), ref, rtol=tol, atol=tol * scale, equal_nan=False))
 
 
 def family_of(seed: int, index: int) -> str:

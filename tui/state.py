@@ -92,11 +92,19 @@ class Session:
         except LoopstackError as e:
             self.say(str(e), error=True)
             return False
-        self.undo_stack.append((old, self.cursor))
-        self.redo_stack.clear()
+        before, old_cursor = self.measurement, self.cursor
         self.tree, self.cursor = new, cursor
         self.say(label)
         self.remeasure()
+        if self.measurement.error.startswith("compile:") and not before.error.startswith("compile:"):
+            # the primitives refuse what the backend cannot compile; should one slip through,
+            # the session still never shows a schedule that fails only when compiled
+            failed = self.measurement.error
+            self.tree, self.cursor, self.measurement = old, old_cursor, before
+            self.say(f"{label}: refused, {failed}", error=True)
+            return False
+        self.undo_stack.append((old, old_cursor))
+        self.redo_stack.clear()
         return True
 
     def _restore(self, src: list, dst: list, verb: str) -> None:

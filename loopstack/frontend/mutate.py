@@ -389,8 +389,10 @@ def set_order(tree: LoopTree, node_id: int, order) -> LoopTree:
     if node_id not in tree._sched:
         raise ScheduleError(f"set_order: %{node_id} is not a scheduled node")
     try:
-        order = tuple((str(v), int(c), int(t)) for v, c, t in order)
-    except (TypeError, ValueError):
+        # (var, count, tail), or loop_tool's IR spelling (var, (count, tail))
+        order = tuple((str(e[0]), int(e[1][0]), int(e[1][1])) if len(e) == 2 else
+                      (str(e[0]), int(e[1]), int(e[2])) for e in order)
+    except (TypeError, ValueError, IndexError):
         raise ScheduleError(f"set_order %{node_id}: an order is (var, count, tail) entries, got {order!r}") from None
     sched = tree.replace_node_schedule(node_id, order=order, annotations=(), disabled=frozenset())
     return tree._with(sched=sched, action=Action("set_order", (node_id, [list(e) for e in order])))

@@ -150,7 +150,7 @@ class Tensor:
                                  f"shape {shape}")
         node.known = [k for k in node.known if k[2].startswith("declared")] + [
             (s, arr.shape[i], f"data bound to input dim {i}") for i, s in enumerate(node.vars)]
-        node.data = np.ascontiguousarray(arr)
+        node.data = np.ascontiguousarray(arr).reshape(arr.shape)   # a 0-d array stays 0-d
         node.dtype = dt.name
         self._cache = None
         return self
@@ -221,6 +221,8 @@ class Tensor:
                 if k in cons:
                     raise SymbolError(f"to: {k.name} is constrained twice")
                 cons[k] = e
+            elif k in syms and not e.terms and not e.scaled:
+                continue    # a new dimension the tensor does not have: broadcast along it
             elif k in syms:
                 src = [s for s in e.terms if s in node.vars]
                 if len(src) != 1 or e.terms[src[0]] not in (1, -1) or any(t in node.vars for t, _ in e.scaled):
@@ -363,11 +365,21 @@ class Tensor:
     def __rtruediv__(self, o): return self._binary("div", o, True)
     def __neg__(self): return self._unary("neg")
 
-    def max(self, other) -> "Tensor":
-        return self._binary("max", other)
+    def max(self, *args) -> "Tensor":
+        """Element-wise with a tensor or number (`T.max(zero)`); over dimensions when given
+        Symbols (`X.max(kh, kw)`), as loop_tool spells both."""
+        if args and all(isinstance(a, Symbol) for a in args):
+            return self.max_reduce(*args)
+        if len(args) != 1:
+            raise ShapeError(f"max: one tensor or number, or dimensions to reduce; got {args!r}")
+        return self._binary("max", args[0])
 
-    def min(self, other) -> "Tensor":
-        return self._binary("min", other)
+    def min(self, *args) -> "Tensor":
+        if args and all(isinstance(a, Symbol) for a in args):
+            return self.min_reduce(*args)
+        if len(args) != 1:
+            raise ShapeError(f"min: one tensor or number, or dimensions to reduce; got {args!r}")
+        return self._binary("min", args[0])
 
     def exp(self): return self._unary("exp")
     def log(self): return self._unary("log")

@@ -1,5 +1,4 @@
 """Loop trees, schedule primitives, the loop_tool bugs that must not exist, random schedules."""
-import re
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -249,9 +248,8 @@ def test_random_schedules_match_unscheduled(name, acts):
     np.testing.assert_allclose(T.numpy(target="interp"), ref, 1e-3, 1e-3)
     try:
         got = T.numpy(target="x86")
-    except lt.ScheduleError as e:
-        # a later mutation moved an annotated loop where it cannot be honoured: a clear error
-        assert re.search(r"vectoriz|parallel", str(e)), e
-    else:
-        np.testing.assert_allclose(got, ref, 1e-3, 1e-3)
+    except lt.UnsupportedError as e:       # a CPU without the x86 target's features
+        pytest.skip(str(e))
+    # a tree the mutations accepted compiles: an annotation it cannot honour was refused earlier
+    np.testing.assert_allclose(got, ref, 1e-3, 1e-3)
     assert lt.deserialize(lt.serialize(tree)) == tree

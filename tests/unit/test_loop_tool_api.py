@@ -127,3 +127,98 @@ def test_nn_as_loop_tool_python_nn(target):
     checks.append((lt.nn.batch_norm(X, *T), (x - mu) * g / np.sqrt(var + 1e-5) + b))
     for got, ref in checks:
         np.testing.assert_allclose(run(got, target), ref, 2e-3, 2e-3)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_loop_tool_mean_broadcasts_a_scalar_with_constraints(target):
+    """loop_tool's python/nn.py: one = Tensor().set(1).to(*dims, constraints=[(d, Expr(0))])."""
+    s = lt.SymbolGenerator()
+    x = r(4, 6)
+    X = lt.Tensor(x).to(s.b, s.i)
+    one = lt.Tensor().set(np.float32(1)).to(s.i, constraints=[(s.i, lt.Expr(0))])
+    M = X.sum(s.i) / one.sum(s.i)
+    np.testing.assert_allclose(run(M, target), x.mean(1), 1e-5, 1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_remove_and_add_loop_in_loop_tools_two_argument_form(target):
+    """add_loop(node, loop) puts a staged copy under the m-block loop (built once per block);
+    remove_loop(node, loop) takes it out again; both keep the result."""
+    s = lt.SymbolGenerator()
+    a, b = r(8, 5), r(5, 6)
+    C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k)
+    t = C.loop_tree.split(0, 4)
+    t = t.copy_input(t.ref_of(2), 1)                 # %5 <- copy(B), in its own nest
+    copy = t.ref_of(5)
+    mloop = next(r for r in t.loops if t.loop_name(r) == "m")
+    t2 = t.add_loop(copy, mloop)
+    assert t2.path(t2.ref_of(5))[0] == t2.path(t2.ref_of(2))[0]      # shares the m loop now
+    assert "for m in 2" in str(t2).splitlines()[0]
+    C.set(t2)
+    np.testing.assert_allclose(run(C, target), a @ b, 1e-4, 1e-4)
+    t3 = t2.remove_loop(t2.ref_of(5), t2.path(t2.ref_of(5))[0])
+    assert len(t3.path(t3.ref_of(5))) == 2
+    C.set(t3)
+    np.testing.assert_allclose(run(C, target), a @ b, 1e-4, 1e-4)
+    assert lt.apply_actions(C.loop_tree.__class__(t.graph, t.schedule), t3.actions[len(t.actions):]) == t3
+    # a loop of any size the node does not need; never one it needs, nor a reduction
+    m2 = t2.path(t2.ref_of(2))[0]
+    with pytest.raises(lt.ScheduleError, match="needs loop m"):
+        t2.remove_loop(t2.ref_of(2), m2)
+    with pytest.raises(lt.ScheduleError, match="%3 already iterates n"):     # (a reduction: test_bad_input)
+        t2.add_loop(t2.ref_of(3), _loop_over(t2, "n", 5))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_loop_tool_issue_15_mutation_chain(target):
+    """split -> swap -> copy_input -> try_swap -> decrease_reuse keeps extents and the result."""
+    from loopstack.frontend.tree import extents
+
+    s = lt.SymbolGenerator()
+    a, b = r(16, 12), r(12, 10)
+    C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k)
+    t = C.loop_tree.split(0, 5)                       # m -> 3 r 1, 5
+    t = t.swap_loops(1, 2)                            # m, k, m', n
+    t = t.copy_input(t.ref_of(2), 0)                  # stage A
+    mul = t.ref_of(2)
+    loops = t.path(mul)
+    t = t.try_swap(loops[-2], loops[-1])              # m' <-> n
+    t = t.decrease_reuse(t.ref_of(3))                 # the add stops sharing its innermost loop
+    for nid, ns in t.schedule:
+        ext = extents(ns.order)
+        for v in t.graph.domain(t.graph.node(nid)):
+            assert ext[v] == t.graph.size(v), (nid, v, str(t))
+    C.set(t)
+    np.testing.assert_allclose(run(C, target), a @ b, 1e-4, 1e-4)
+
+
+def _loop_over(tree, var, node_id):
+    """A loop over `var` that does not enclose node `node_id`."""
+    path = tree.path(tree.ref_of(node_id))
+    return next(r for r in tree.loops if tree.item(r).entry[0] == var and r not in path)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_max_and_min_reduce_when_given_dimensions(target):
+    s = lt.SymbolGenerator()
+    x, y = r(5, 7), r(7)
+    X = lt.Tensor(x).to(s.i, s.j)
+    np.testing.assert_array_equal(run(X.max(s.j), target), x.max(1))
+    np.testing.assert_array_equal(run(X.min(s.i, s.j) + 0.0, target), x.min())
+    np.testing.assert_array_equal(run(X.max(lt.Tensor(y).to(s.j)), target), np.maximum(x, y))
+    with pytest.raises(lt.ShapeError, match="max: one tensor or number, or dimensions to reduce"):
+        X.max()
+
+
+def test_set_order_takes_loop_tools_var_size_tail_pairs():
+    """loop_tool's README schedules `ir.set_order(n, [(v, (8, 0)), (v, (16, 0))])`."""
+    N, K = lt.symbols("N K")
+    x, z = r(128), r(128)
+    W = (lt.Tensor(z).to(N) * lt.Tensor(x).to(N)).sum(N)
+    t = W.loop_tree
+    for nid, _ in t.schedule:
+        if t.graph.node(nid).op != "write":
+            t = t.set_order(nid, [("N", (8, 0)), ("N", (16, 0))])
+    assert str(t).splitlines()[:2] == ["for N in 8 : L0", " for N' in 16 : L1"]
+    W.set(t)
+    np.testing.assert_allclose(W.numpy(), np.sum(x * z), 1e-4, 1e-4)

@@ -359,3 +359,23 @@ def test_lt_ui_returns_the_scheduled_tensor_without_colours_on_vt100():
     doc = json.loads(t.raw.split("RESULT", 1)[1].split("\n", 1)[0])
     assert doc["actions"] == [["split", [0, 4]]]
     assert float(t.raw.split("ERROR", 1)[1].split()[0]) < 1e-3
+
+
+def test_a_change_that_would_not_compile_is_refused_and_the_tree_kept():
+    """Should a primitive accept a tree the backend cannot compile, the session refuses the
+    change, keeps the schedule it had and says why; it never shows a tree that fails late."""
+    def measure_refusing_splits(tree, seconds):
+        if any(a.kind == "split" for a in tree.actions):
+            return Measurement(error="compile: loop L2 cannot be vectorized")
+        return fake_measure(tree, seconds)
+
+    C, _, _ = matmul(64)
+    s = Session(C.loop_tree, measurer=measure_refusing_splits)
+    before = s.tree
+    s.cursor = 2
+    keys(s, "s", "4", "ENTER")
+    assert s.tree is before and s.error
+    assert "refused, compile: loop L2 cannot be vectorized" in s.message
+    assert not s.undo_stack and s.measurement.error == ""
+    keys(s, "u")                               # other changes still go through
+    assert "[unroll]" in str(s.tree) and not s.error
