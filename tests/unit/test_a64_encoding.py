@@ -202,7 +202,8 @@ def test_capstone_decodes_drawn_operands(key, rng):
     # (cset x0, hs for csinc x0, xzr, xzr, lo) but never names one we did not encode
     ours = set(_registers(format_instruction(mnemonic, ops)))
     theirs = set(_registers(insn.op_str))
-    assert theirs <= ours and (theirs or not ours), f"{format_instruction(mnemonic, ops)} -> capstone {insn.mnemonic} {insn.op_str}"
+    assert theirs <= ours and (theirs or not ours), \
+        f"{format_instruction(mnemonic, ops)} -> capstone {insn.mnemonic} {insn.op_str}"
 
 
 # -- movz / movk / movn --------------------------------------------------------------------------
