@@ -4,7 +4,8 @@
 #   scripts/aarch64-env.sh build        build (or find) the environment; prints its directory
 #   scripts/aarch64-env.sh test [ARGS]  run `pytest -m aarch64` on the marked test files, natively
 #                                       JIT-compiled and executed under qemu-aarch64-static -cpu max
-#   scripts/aarch64-env.sh python ARGS  the aarch64 python3.11, with the wheels and the repo on sys.path
+#   scripts/aarch64-env.sh python ARGS  the aarch64 python3.11 (SCRIPT ARGS, -m MODULE ARGS or -c CODE),
+#                                       with the wheels and the repo on sys.path
 #   scripts/aarch64-env.sh dir          the environment's directory (built or not)
 #
 # Recipe (measured on these hosts; see the README's "AArch64" section):
@@ -83,6 +84,9 @@ import runpy
 if sys.argv[0] == '-m':
     sys.argv = sys.argv[1:]
     runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)
+elif sys.argv[0] == '-c':
+    code, sys.argv = sys.argv[1], ['-c'] + sys.argv[2:]
+    exec(compile(code, '<string>', 'exec'), {'__name__': '__main__'})
 else:
     runpy.run_path(sys.argv[0], run_name='__main__')
 " "$@"

@@ -55,7 +55,8 @@ def _imm(form, slot_index, rng):
         from loopstack.isa.aarch64.immediates import decode_bitmask
         while True:
             try:
-                return decode_bitmask(rng.randrange(2) if bits == 64 else 0, rng.randrange(bits), rng.randrange(64), bits)
+                n = rng.randrange(2) if bits == 64 else 0
+                return decode_bitmask(n, rng.randrange(bits), rng.randrange(64), bits)
             except EncodingError:
                 continue
     if slot == "#fimm":

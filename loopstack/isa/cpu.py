@@ -79,7 +79,8 @@ _FEATURE_BITS = (
 # and KNOWN_FEATURES names one feature per name.
 AT_HWCAP, AT_HWCAP2 = 16, 26
 _HWCAP_BITS = (
-    ("fp", 0), ("asimd", 1), ("crc32", 7), ("atomics", 8), ("fphp", 9), ("asimdhp", 10), ("asimdrdm", 12), ("fcma", 14), ("asimddp", 20),
+    ("fp", 0), ("asimd", 1), ("crc32", 7), ("atomics", 8), ("fphp", 9), ("asimdhp", 10), ("asimdrdm", 12),
+    ("fcma", 14), ("asimddp", 20),
     ("sve", 22),
 )
 _HWCAP2_BITS = (("i8mm", 13), ("bf16", 14))

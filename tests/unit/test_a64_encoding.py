@@ -202,7 +202,8 @@ def test_capstone_decodes_drawn_operands(key, rng):
     # (cset x0, hs for csinc x0, xzr, xzr, lo) but never names one we did not encode
     ours = set(_registers(format_instruction(mnemonic, ops)))
     theirs = set(_registers(insn.op_str))
-    assert theirs <= ours and (theirs or not ours), f"{format_instruction(mnemonic, ops)} -> capstone {insn.mnemonic} {insn.op_str}"
+    assert theirs <= ours and (theirs or not ours), \
+        f"{format_instruction(mnemonic, ops)} -> capstone {insn.mnemonic} {insn.op_str}"
 
 
 # -- movz / movk / movn --------------------------------------------------------------------------
@@ -320,6 +321,13 @@ def test_operands_are_interned():
 def test_a_bool_or_a_stray_value_is_no_operand():
     with pytest.raises(EncodingError, match="bool"):
         encode("movz", (X(0), True))
+    asm = Assembler()
+    asm.movz(X(0), 1)                   # True == 1: the kept movz x0, #1 must not accept True
+    with pytest.raises(EncodingError, match="bool"):
+        asm.movz(X(0), True)
+    asm.fmov(V(0).s4, 2)
+    with pytest.raises(EncodingError, match="fmov immediate"):
+        asm.fmov(V(0).s4, 2.3)
     with pytest.raises(EncodingError, match="not an AArch64 operand"):
         encode("ret", (object(),))
 

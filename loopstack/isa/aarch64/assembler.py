@@ -78,7 +78,10 @@ class Assembler:
             return None
         if len(_KEPT) >= _KEPT_LIMIT:
             _KEPT.clear()
-        if not any(type(o) is float for o in ops):     # 0.0 == 0: a float is checked every time
+        # True == 1 and 0.0 == 0 hash alike: an instruction with the int 0 or 1, or with a float,
+        # is not kept, so that a bool is always rejected. (An integral float such as 2.0 may still
+        # find a kept int 2: the same value, encoded the same.)
+        if not any(type(o) is float or (type(o) is int and 0 <= o <= 1) for o in ops):
             try:
                 _KEPT[(mnemonic, ops)] = word
             except TypeError:           # a register list

@@ -32,7 +32,7 @@ class Inline(str):
     twice as fast as calling one function per operand."""
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Form:
     mnemonic: str
     operands: str               # the row's operand text with the arrangement filled in
@@ -42,7 +42,15 @@ class Form:
     placers: tuple
     reloc: str | None           # label fixup kind: "branch26", "branch19", "literal", "adr"
     check: object = None        # operands -> None, raising FieldError for UNPREDICTABLE register choices
-    encoder: object = None      # encoder(*ops) -> the word: fixed bits ^ every placer, compiled
+    encoder: object = None      # encoder(*ops) -> the word: fixed bits ^ every placer, compiled on first use
+
+    def __post_init__(self):
+        if self.encoder is None:    # compiling all ~2000 forms at import would cost ~0.2 s
+            self.encoder = self._compile_on_first_call
+
+    def _compile_on_first_call(self, *ops) -> int:
+        self.encoder = _compile(self.fixed, self.placers)
+        return self.encoder(*ops)
 
     @property
     def reads_destination(self) -> bool:
@@ -420,8 +428,7 @@ def _expand(row) -> list[tuple[Form, list[frozenset[str]]]]:
         optional_count = sum(1 for _, opt in slots if opt)
         for drop in range(optional_count + 1):
             n = len(slots) - drop
-            shortened = Form(mnemonic, text, fixed, group, feature, tuple(placers[:n]), reloc, check,
-                             _compile(fixed, placers[:n]))
+            shortened = Form(mnemonic, text, fixed, group, feature, tuple(placers[:n]), reloc, check)
             out.append((shortened, kind_sets[:n]))
     return out
 
@@ -532,8 +539,7 @@ def _ld1r_form(form: Form, kind_sets) -> Form:
     esize = {"b": 1, "h": 2, "s": 4, "d": 8}[arrangement[-1]]
     if len(kind_sets) > 1 and "[mem],imm" in kind_sets[1]:
         placers = (form.placers[0], _mem_placer("[mem],imm", "asimdldst", esize))
-        return Form(form.mnemonic, form.operands, form.fixed, form.group, form.feature, placers, form.reloc,
-                    None, _compile(form.fixed, placers))
+        return Form(form.mnemonic, form.operands, form.fixed, form.group, form.feature, placers, form.reloc)
     return form
 
 

@@ -54,6 +54,8 @@ ARRANGEMENT_BITS = {
     "Q":        {"8b": 0, "16b": 1 << 30, "4h": 0, "8h": 1 << 30, "2s": 0, "4s": 1 << 30, "2d": 1 << 30},
 }
 
+_LDST_ARR = "size10:Q 8b 16b 4h 8h 2s 4s 1d 2d"     # ld1/st1/ld1r: size at 11:10
+
 _ROWS: list[tuple[str, str, str, str, str, str]] = [
     # --- general purpose: arithmetic (C6.2) ------------------------------------------------------
     ("add",   "Xd|SP, Xn|SP, #imm",            "0x91000000", "addsub_imm",   "", "BASE"),
@@ -238,9 +240,9 @@ _ROWS: list[tuple[str, str, str, str, str, str]] = [
     ("stp",   "St, St2, [Xn|SP{, #simm}]",     "0x2d000000", "ldst_pair",    "", "ASIMD"),
     ("stp",   "St, St2, [Xn|SP, #simm]!",      "0x2d800000", "ldst_pair",    "", "ASIMD"),
     ("stp",   "St, St2, [Xn|SP], #simm",       "0x2c800000", "ldst_pair",    "", "ASIMD"),
-    ("ld1r",  "{Vt.T}, [Xn|SP]",               "0x0d40c000", "asimdldst",    "size10:Q 8b 16b 4h 8h 2s 4s 1d 2d", "ASIMD"),
-    ("ld1r",  "{Vt.T}, [Xn|SP], #imm",         "0x0dc0c000", "asimdldst",    "size10:Q 8b 16b 4h 8h 2s 4s 1d 2d", "ASIMD"),
-    ("ld1r",  "{Vt.T}, [Xn|SP], Xm",           "0x0dc0c000", "asimdldst",    "size10:Q 8b 16b 4h 8h 2s 4s 1d 2d", "ASIMD"),
+    ("ld1r",  "{Vt.T}, [Xn|SP]",               "0x0d40c000", "asimdldst",    _LDST_ARR, "ASIMD"),
+    ("ld1r",  "{Vt.T}, [Xn|SP], #imm",         "0x0dc0c000", "asimdldst",    _LDST_ARR, "ASIMD"),
+    ("ld1r",  "{Vt.T}, [Xn|SP], Xm",           "0x0dc0c000", "asimdldst",    _LDST_ARR, "ASIMD"),
 ]
 
 # ld1/st1 of one to four registers (C7.2.170, "LD1 (multiple structures)"): opcode per count.
@@ -250,8 +252,7 @@ for _name, _load in (("ld1", 0x00400000), ("st1", 0)):
         _list = "{" + ", ".join(["Vt.T"] + [f"Vt{i}.T" for i in range(2, _n + 1)]) + "}"
         _fixed = 0x0C000000 | _load | _opcode << 12
         for _mem, _post in (("[Xn|SP]", 0), ("[Xn|SP], #imm", 0x00800000), ("[Xn|SP], Xm", 0x00800000)):
-            _ROWS.append((_name, f"{_list}, {_mem}", f"{_fixed | _post:#010x}", "asimdldst",
-                          "size10:Q 8b 16b 4h 8h 2s 4s 1d 2d", "ASIMD"))
+            _ROWS.append((_name, f"{_list}, {_mem}", f"{_fixed | _post:#010x}", "asimdldst", _LDST_ARR, "ASIMD"))
 # ld1/st1 of one lane (C7.2.171, "LD1 (single structure)"): opcode<2:1> and size per element.
 for _name, _load in (("ld1", 0x00400000), ("st1", 0)):
     for _size, _bits in (("b", 0x0000), ("h", 0x4000), ("s", 0x8000), ("d", 0x8400)):
@@ -419,28 +420,35 @@ _ROWS += [
 # Widening and narrowing integer forms: (mnemonic, fixed bits of the size-0 row); the second
 # half ("2") sets Q and reads or writes the upper half of the 128-bit register.
 _WIDE = (("8h", "8b", "16b"), ("4s", "4h", "8h"), ("2d", "2s", "4s"))
+_Q = 1 << 30
+
+
+def _same(mnemonic: str, operands: str, bits: int) -> tuple[str, str, str, str, str, str]:
+    return (mnemonic, operands, f"{bits:#010x}", "asimdsame", "", "ASIMD")
+
+
 for _name, _fixed in (("smull", 0x0e20c000), ("umull", 0x2e20c000), ("smlal", 0x0e208000),
                       ("umlal", 0x2e208000)):
     for _size, (_wide, _lo, _hi) in enumerate(_WIDE):
         _bits = _fixed | _size << 22
-        _ROWS.append((_name, f"Vd.{_wide}, Vn.{_lo}, Vm.{_lo}", f"{_bits:#010x}", "asimdsame", "", "ASIMD"))
-        _ROWS.append((_name + "2", f"Vd.{_wide}, Vn.{_hi}, Vm.{_hi}", f"{_bits | 1 << 30:#010x}", "asimdsame", "", "ASIMD"))
+        _ROWS.append(_same(_name, f"Vd.{_wide}, Vn.{_lo}, Vm.{_lo}", _bits))
+        _ROWS.append(_same(_name + "2", f"Vd.{_wide}, Vn.{_hi}, Vm.{_hi}", _bits | _Q))
 for _name, _fixed in (("saddlp", 0x0e202800), ("uaddlp", 0x2e202800), ("sadalp", 0x0e206800),
                       ("uadalp", 0x2e206800)):
-    for _size, (_wide, _lo, _hi) in enumerate((("4h", "8b", None), ("2s", "4h", None), ("1d", "2s", None))):
-        _ROWS.append((_name, f"Vd.{_wide}, Vn.{_lo}", f"{_fixed | _size << 22:#010x}", "asimdsame", "", "ASIMD"))
+    for _size, (_wide, _lo) in enumerate((("4h", "8b"), ("2s", "4h"), ("1d", "2s"))):
+        _ROWS.append(_same(_name, f"Vd.{_wide}, Vn.{_lo}", _fixed | _size << 22))
     for _size, (_wide, _lo, _hi) in enumerate(_WIDE):
-        _ROWS.append((_name, f"Vd.{_wide}, Vn.{_hi}", f"{_fixed | _size << 22 | 1 << 30:#010x}", "asimdsame", "", "ASIMD"))
+        _ROWS.append(_same(_name, f"Vd.{_wide}, Vn.{_hi}", _fixed | _size << 22 | _Q))
 for _name, _fixed in (("xtn", 0x0e212800), ("sqxtn", 0x0e214800), ("sqxtun", 0x2e212800), ("uqxtn", 0x2e214800)):
     for _size, (_wide, _lo, _hi) in enumerate(_WIDE):
-        _ROWS.append((_name, f"Vd.{_lo}, Vn.{_wide}", f"{_fixed | _size << 22:#010x}", "asimdsame", "", "ASIMD"))
-        _ROWS.append((_name + "2", f"Vd.{_hi}, Vn.{_wide}", f"{_fixed | _size << 22 | 1 << 30:#010x}", "asimdsame", "", "ASIMD"))
+        _ROWS.append(_same(_name, f"Vd.{_lo}, Vn.{_wide}", _fixed | _size << 22))
+        _ROWS.append(_same(_name + "2", f"Vd.{_hi}, Vn.{_wide}", _fixed | _size << 22 | _Q))
 # sxtl/uxtl: sshll/ushll by 0 (immh holds the source element size)
 for _name, _fixed in (("sxtl", 0x0f00a400), ("uxtl", 0x2f00a400)):
     for _size, (_wide, _lo, _hi) in enumerate(_WIDE):
         _immh = (8 << _size) << 16
-        _ROWS.append((_name, f"Vd.{_wide}, Vn.{_lo}", f"{_fixed | _immh:#010x}", "asimdsame", "", "ASIMD"))
-        _ROWS.append((_name + "2", f"Vd.{_wide}, Vn.{_hi}", f"{_fixed | _immh | 1 << 30:#010x}", "asimdsame", "", "ASIMD"))
+        _ROWS.append(_same(_name, f"Vd.{_wide}, Vn.{_lo}", _fixed | _immh))
+        _ROWS.append(_same(_name + "2", f"Vd.{_wide}, Vn.{_hi}", _fixed | _immh | _Q))
 # shifts by immediate (C4.1.96 "Advanced SIMD shift by immediate"): immh:immb from size and shift
 _ROWS += [
     ("ushr",  "Vd.T, Vn.T, #rshift",           "0x2f000400", "asimdshift",   "Q 8b 16b 4h 8h 2s 4s", "ASIMD"),
