@@ -42,3 +42,8 @@ class EncodingError(LoopstackError, ValueError):
 
 class ArgumentError(LoopstackError, ValueError):
     """Arrays passed to a kernel that are of the wrong shape, dtype, layout or writability."""
+
+
+class SimulationError(LoopstackError, RuntimeError):
+    """A fault while the PTX reference interpreter runs a kernel: an access outside every array,
+    a misaligned address, a partial warp at a warp-collective instruction, an unsupported instruction."""

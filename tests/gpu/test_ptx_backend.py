@@ -65,6 +65,18 @@ def test_kernels_are_inspectable_on_any_host(kernels):
     assert conv1.flops == 2 * 32 * 56 * 56 * 128 * 64 * 9
 
 
+def test_the_schedule_reads_as_a_bound_loop_nest(kernels):
+    text = dict(kernels)["gemm-bf16-bias"].schedule_text()
+    lines = [ln.strip() for ln in text.splitlines()]
+    assert lines[2].startswith("for mb in 2 : block.y") and lines[3].startswith("for nb in 2 : block.x")
+    assert lines[4].startswith("for wm in 2 : warp") and lines[5].startswith("for wn in 2 : warp")
+    assert lines[6].startswith("for kt in 1 : cp.async pipeline, 4 stage(s)")
+    assert "tensorize mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in text
+    assert lines[-1] == "store relu(add(acc, %in2[n])) -> bfloat16"         # 64 x 64 in 32 x 32 blocks: no guards
+    conv = dict(kernels)["conv-stride2-reorder"].schedule_text()
+    assert "stride 2 pad 1" in conv and "channel blocks outermost" in conv and "predicated per element" in conv
+
+
 @needs_ptxas
 def test_every_kernel_assembles_for_sm80_and_sm90(kernels):
     by_target = {"sm_80": [], "sm_90": []}

@@ -2,6 +2,7 @@
 
     k = compile_ptx(tree, "sm_90", schedule)
     k.ptx, k.compile_ms, k.flops, k.grid, k.block, k.shared_bytes
+    print(k.schedule_text())   the loop nest with its grid / warp / tensorize bindings
     k(A, B, C)            numpy arrays (copied to and from the GPU) or device arrays
                           (`__cuda_array_interface__`, e.g. torch CUDA tensors: zero copy)
     k.simulate(A, B, C)   the SIMT reference interpreter: no GPU needed (a test oracle, slow)
@@ -34,6 +35,11 @@ class PtxKernel(KernelBase):
 
     def asm(self) -> str:
         return self.ptx
+
+    def schedule_text(self) -> str:
+        """The loop nest this kernel runs, each loop with its binding (grid, warp, tensorize)."""
+        from .describe import schedule_text
+        return schedule_text(self)
 
     # -- the GPU
     def function(self):

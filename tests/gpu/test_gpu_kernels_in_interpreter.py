@@ -50,7 +50,7 @@ def _rounded(ref, dt):
     return ref if dt.kind == "i" else ref.astype(dt).astype(np.float64)
 
 
-@settings(max_examples=4)
+@settings(max_examples=8)
 @given(dtype=st.sampled_from(DTYPES), m=st.integers(1, 128), n=st.integers(1, 96), k=st.integers(1, 80),
        b_transposed=st.booleans(), sched=knobs, arch=st.sampled_from(["sm_80", "sm_90"]), seed=st.integers(0, 99))
 def test_gemm_matches_numpy(dtype, m, n, k, b_transposed, sched, arch, seed):
@@ -70,7 +70,7 @@ def test_tile_multiples_need_no_bounds_checks(dtype):
     _run(C, arrays, ref, GpuTarget("sm_90", sched), dtype, 128)
 
 
-@settings(max_examples=3)
+@settings(max_examples=5)
 @given(dtype=st.sampled_from(DTYPES), m=st.integers(1, 80), n=st.integers(1, 64), k=st.integers(1, 64),
        relu=st.booleans(), scale=st.sampled_from([None, 0.25]), sched=knobs, seed=st.integers(0, 99))
 def test_gemm_epilogues_match_numpy(dtype, m, n, k, relu, scale, sched, seed):
@@ -81,7 +81,7 @@ def test_gemm_epilogues_match_numpy(dtype, m, n, k, relu, scale, sched, seed):
     _run(C, arrays, ref, GpuTarget("sm_90", sched), dtype, k)
 
 
-@settings(max_examples=4)
+@settings(max_examples=6)
 @given(dtype=st.sampled_from(DTYPES), batch=st.integers(1, 2), h=st.integers(3, 9),
        c=st.sampled_from([8, 16, 24, 32, 64]), kout=st.integers(1, 40), stride=st.sampled_from([1, 2]),
        pad=st.sampled_from([0, 1]), sched=knobs, seed=st.integers(0, 99))
@@ -97,7 +97,7 @@ def test_conv_matches_numpy(dtype, batch, h, c, kout, stride, pad, sched, seed):
 OUT_TYPES = {"float16": ["float32", "float16"], "bfloat16": ["float32", "bfloat16"], "int8": ["int32", "int8"]}
 
 
-@settings(max_examples=4)
+@settings(max_examples=6)
 @given(dtype=st.sampled_from(DTYPES), pick=st.integers(0, 1), m=st.integers(1, 70), n=st.integers(1, 70),
        k=st.integers(1, 70), bias=st.booleans(), post=st.sampled_from([None, "relu"]), sched=knobs,
        seed=st.integers(0, 99))
