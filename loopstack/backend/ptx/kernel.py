@@ -50,7 +50,8 @@ class PtxKernel(KernelBase):
         return self._function
 
     def __call__(self, *arrays) -> None:
-        if any(hasattr(a, "__cuda_array_interface__") for a in arrays):
+        from ...isa.ptx.driver import is_device_array
+        if any(is_device_array(a) for a in arrays):
             return self.launch(*arrays)
         self.check_arguments(arrays)
         self._execute(arrays)
@@ -74,7 +75,8 @@ class PtxKernel(KernelBase):
         driver.launch(self.function(), self.grid, self.block, self.shared_bytes, ptrs, stream)
 
     def benchmark(self, *arrays, runs: int = 10, warmup: int = 1, min_seconds: float = 0.0) -> float:
-        """TFLOPS-scale GFLOPS measured with CUDA events on device-resident arguments."""
+        """GFLOPS of the best of `runs` launches, timed with CUDA events on device-resident copies
+        of the arguments (random ones when none are given)."""
         from ...isa.ptx import driver
         if not arrays:
             arrays = self.random_arguments()
