@@ -126,3 +126,24 @@ def test_output_types_and_epilogues_agree_with_the_loop_tree_interpreter(dtype, 
         want = np.maximum(ref, 0) if post else ref
     rtol, atol = _tolerance(dtype, k)
     np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol)
+
+
+BIG_KNOBS = [
+    ("float16", "gemm", GpuSchedule()),                              # the default: 8 warps, 128 x 128
+    ("int8", "gemm-bT", GpuSchedule(1, 2, 4, 4, 4, 0, 4)),          # 64 x 128 warp tiles, 4 stages
+    ("bfloat16", "gemm", GpuSchedule(2, 1, 2, 4, 8, 1, 2)),         # CHUNK 8, grid walking M
+    ("float16", "conv", GpuSchedule(2, 2, 2, 2, 4, 1, 3)),
+    ("int8", "conv-s2", GpuSchedule(2, 1, 2, 1, 2, 1, 4)),
+]
+
+
+@pytest.mark.parametrize("dtype, what, sched", BIG_KNOBS, ids=[f"{d}-{w}" for d, w, _ in BIG_KNOBS])
+def test_large_knobs_agree(dtype, what, sched):
+    rng = np.random.default_rng(1)
+    if what.startswith("gemm"):
+        m, k = (70, 160) if dtype == "bfloat16" else (130, 96)           # bf16: K spans three CHUNK-8 steps
+        T, arrays, ref = gemm(m, 136, k, dtype, rng,
+                              b_transposed=what.endswith("bT"), bias=dtype != "int8", relu=True)
+    else:
+        T, arrays, ref = conv(2, 9, 64, 40, dtype, rng, stride=2 if what.endswith("s2") else 1)
+    _run(T, arrays, ref, GpuTarget("sm_90", sched), dtype, 576)
