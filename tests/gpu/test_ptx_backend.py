@@ -58,6 +58,7 @@ def test_kernels_are_inspectable_on_any_host(kernels):
         assert k.ptx.startswith(".version 8.0") and f".visible .entry {k.entry}(" in k.ptx, name
         assert k.compile_ms > 0 and k.flops == k.contraction.flops > 0
         assert k.ptx.count("mma.sync.aligned") >= 1 and "cp.async" in k.ptx, name
+        assert f".maxntid {k.block[0]}, 1, 1" in k.ptx          # ptxas fits the registers to the CTA
     conv1 = dict(kernels)["CONV-1"]
     assert conv1.contraction.m == 32 * 56 * 56 and conv1.contraction.k == 9 * 64
     assert conv1.contraction.conv.c == 64 and conv1.contraction.conv.stride == 1 and conv1.contraction.conv.pad == 1
@@ -104,6 +105,8 @@ def test_knob_combinations_that_cannot_compile_name_their_knobs():
         compile_ptx(tree, "sm_90", GpuSchedule(BLK_ROW_WARPS=8, BLK_COL_WARPS=4))
     with pytest.raises(ScheduleError, match="WARP_ROW_TILES\\*WARP_COL_TILES"):
         compile_ptx(tree, "sm_90", GpuSchedule(WARP_ROW_TILES=8, WARP_COL_TILES=4))
+    with pytest.raises(ScheduleError, match="16 warps: 512 threads get 128 registers each"):
+        compile_ptx(tree, "sm_90", GpuSchedule(BLK_ROW_WARPS=4, BLK_COL_WARPS=4, WARP_ROW_TILES=4, WARP_COL_TILES=4))
     with pytest.raises(ScheduleError, match="knob stages=4"):
         compile_ptx(tree, "sm_80", GpuSchedule(2, 4, 4, 4, CHUNK=8, stages=4))
     with pytest.raises(ScheduleError, match="unknown knob 'CHUNKS'"):

@@ -133,6 +133,7 @@ class GemmEmitter:
     # ------------------------------------------------------------------ the kernel
     def emit(self) -> str:
         k, s, c = self.k, self.s, self.c
+        k.maxntid = s.threads
         k.comment(f"{'conv' if c.conv else 'gemm'} M={c.m} N={c.n} K={c.k} {c.dtype}->{c.out_dtype} "
                   f"knobs {s.knobs()} BM={self.bm} BN={self.bn} BK={self.bk}")
         self.ptrs = {}
