@@ -88,6 +88,24 @@ def test_every_kernel_assembles_for_sm80_and_sm90(kernels):
     ptxas.assemble(by_target["sm_90"], "sm_90")
 
 
+@needs_ptxas
+def test_the_benchmark_kernels_do_not_spill():
+    """GEMM 4096^3 and CONV-1..4 with the default knobs and with the model's picks: no register
+    spills (ptxas -v), which would put local-memory traffic into the main loop."""
+    from loopstack.tune.gpu import tune_gpu
+    trees = []
+    C, _, _ = gemm(4096, 4096, 4096, "float16", None)
+    trees.append(C.loop_tree.lower())
+    for c, k, h in ((64, 128, 56), (128, 256, 28), (256, 512, 14), (512, 512, 7)):
+        Y, _, _ = conv(32, h, c, k, "float16", None)
+        trees.append(Y.loop_tree.lower())
+    ptx = [compile_ptx(t, "sm_90", s).ptx for t in trees for s in (GpuSchedule(), tune_gpu(t, "sm_90").best)]
+    found = ptxas.resources(ptx, "sm_90")
+    assert len(found) == len(ptx)
+    for name, r in found.items():
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["registers"] <= 255, (name, r)
+
+
 @pytest.mark.parametrize("knob, value", [
     ("BLK_ROW_WARPS", 3), ("BLK_COL_WARPS", 0), ("WARP_ROW_TILES", 16), ("WARP_COL_TILES", -1),
     ("CHUNK", 3), ("REORDER_INNER", 2), ("stages", 5), ("CHUNK", 2.0), ("stages", True),
