@@ -87,9 +87,8 @@ class GemmEmitter:
         return r
 
     def op3(self, opcode, a, b) -> Reg:
-        t = opcode.split(".")[-1]
-        r = self.k.reg({"u32": "u32", "s32": "s32", "u64": "u64", "f32": "f32", "b32": "b32", "pred": "pred"}[t]
-                       if t in ("u32", "s32", "u64", "f32", "b32", "pred") else "u32")
+        """A fresh register of the opcode's type holding `opcode a, b`."""
+        r = self.k.reg(opcode.split(".")[-1])
         self.k.ins(opcode, r, a, b)
         return r
 
