@@ -640,3 +640,62 @@ def test_overwriting_a_stage_other_warps_still_read_is_a_race():
     A, B = np.ones((64, 64), np.float16), np.ones((64, 64), np.float16)
     with pytest.raises(SimulationError, match=r"cp.async.cg.*race: overwrites what another warp read"):
         launch(racy, "gemm_f16", grid=(1, 1), block=(128,), args=[A, B, np.zeros((64, 64), np.float32), 64, 64, 64])
+
+
+def _directed(exact: Fraction, rn_bits: int, value_of, mode: str) -> int:
+    """The 16-bit pattern of `exact` rounded by `mode`, chosen among the round-to-nearest pattern
+    and its neighbours (on sign-magnitude patterns +-1 steps the magnitude; from a zero, the
+    smallest subnormal of the other sign), compared exactly."""
+    if mode == "rn":
+        return rn_bits
+    cands = {b for b in (rn_bits - 1, rn_bits, rn_bits + 1) if 0 <= b < 2**16}
+    if rn_bits & 0x7FFF == 0:
+        cands.add((rn_bits ^ 0x8000) | 1)
+    key = {b: (Fraction(v) if np.isfinite(v) else v) for b in cands if not np.isnan(v := value_of(b))}
+    if mode == "rz":
+        ok = [b for b, k in key.items() if np.isfinite(value_of(b)) and abs(k) <= abs(exact) and (k == 0 or (k > 0) == (exact > 0))]
+        return max(ok, key=lambda b: abs(key[b]))
+    if mode == "rm":
+        return max((b for b, k in key.items() if k <= exact), key=lambda b: key[b])
+    return min((b for b, k in key.items() if k >= exact), key=lambda b: key[b])
+
+
+@settings(max_examples=8)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_cvt_rounding_modes_and_relu(seed):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(seed)
+    n = 64
+    fx = (rng.standard_normal(n) * 10.0 ** rng.integers(-6, 5, n)).astype(np.float32)
+    fx[:4] = [1e6, -1e6, 0.0, -1e-9]          # f16 overflow both ways; a tiny negative
+    ix = rng.integers(-2**31, 2**31, n).astype(np.int32)
+    out = np.zeros(n * 12, np.uint32)
+    launch(K.CVT_MODES, "cvt_modes", grid=(1,), block=(n,), args=[fx, ix, out])
+    out = out.reshape(n, 12)
+    halves = np.ascontiguousarray(out[:, :6]).view(np.uint16).reshape(n, 12)
+    f16_of = lambda b: float(np.uint16(b).view(np.float16))                              # noqa: E731
+    bf16_of = lambda b: float(np.uint16(b).view(ml_dtypes.bfloat16))                     # noqa: E731
+    for i, x in enumerate(fx.tolist()):
+        exact = Fraction(x)
+        with np.errstate(over="ignore"):
+            rn16 = int(np.float16(x).view(np.uint16))
+        rnbf = int(np.float32(x).astype(ml_dtypes.bfloat16).view(np.uint16))
+        want = [_directed(exact, rn16, f16_of, m) for m in ("rn", "rz", "rm", "rp")] + \
+               [_directed(exact, rnbf, bf16_of, m) for m in ("rn", "rz", "rm", "rp")]
+        want += [rn16 if x >= 0 else 0, rnbf if x >= 0 else 0]
+        assert halves[i, :10].tolist() == want, (x, halves[i, :10].tolist(), want)
+    for i, v in enumerate(ix.tolist()):
+        got = out[i, [6, 7, 8, 9]].view(np.float32).tolist()
+        exact = Fraction(v)
+        rn = float(np.float32(v))
+        nb = {rn, float(np.nextafter(np.float32(rn), np.float32(np.inf))), float(np.nextafter(np.float32(rn), np.float32(-np.inf)))}
+        assert got[0] == rn
+        assert got[1] == max((c for c in nb if abs(Fraction(c)) <= abs(exact)), key=abs)
+        assert got[2] == max(c for c in nb if Fraction(c) <= exact)
+        assert got[3] == min(c for c in nb if Fraction(c) >= exact)
+
+
+def test_divergent_bra_uni_raises():
+    with pytest.raises(SimulationError, match=r"bra.uni diverges: thread \(5, 0, 0\)"):
+        launch(K.BRA_UNI_DIVERGES, "bra_uni", grid=(1,), block=(32,), args=[np.zeros(1, np.uint32)])
+    launch(K.BRA_UNI_DIVERGES, "bra_uni", grid=(1,), block=(5,), args=[np.zeros(1, np.uint32)])   # uniform: fine

@@ -213,6 +213,10 @@ class BoundKernel:
                 elif not eff.any():
                     pc += 1
                 else:
+                    if "uni" in op.instr.mods:     # .uni promises the branch does not diverge
+                        lane = int(np.argmax(rest))
+                        raise SimulationError(f"{op.instr.where()}: bra.uni diverges: {self.describe(lane)} "
+                                              f"does not take it while others do")
                     pcs[eff] = op.target
                     pcs[rest] = pc + 1
                     uniform = False

@@ -63,8 +63,7 @@ class SharedHazards:
             w = int(self.wmax[idx][raw][0])
             self._raise(fault, instr, lanes, idx, raw,
                         f"reads what another warp (up to warp {w}) wrote since the last bar.sync, at")
-        np.minimum.at(self.rmin, idx, warp)
-        np.maximum.at(self.rmax, idx, warp)
+        self._mark(self.rmin, self.rmax, lanes, idx)
 
     def write(self, fault, instr, lanes, idx, asynchronous=False):
         """Lanes write the shared bytes idx (a st.shared, or a cp.async issued or landing)."""
@@ -78,17 +77,31 @@ class SharedHazards:
         if war.any():
             self._raise(fault, instr, lanes, idx, war,
                         "overwrites what another warp read since the last bar.sync, at")
-        np.minimum.at(self.wmin, idx, warp)
-        np.maximum.at(self.wmax, idx, warp)
+        self._mark(self.wmin, self.wmax, lanes, idx)
         waw = self._other(self.wmin[idx], self.wmax[idx], warp)
         if waw.any():
             self._raise(fault, instr, lanes, idx, waw,
                         "overwrites what another warp wrote since the last bar.sync, at")
 
+    @staticmethod
+    def _mark(lo, hi, lanes, idx):
+        """Record that the warps of `lanes` touched bytes idx: one pass per warp (lanes ascend),
+        so that bytes touched by several warps in one access keep their least and greatest."""
+        warps = np.asarray(lanes) // 32
+        starts = np.flatnonzero(np.r_[True, warps[1:] != warps[:-1]])
+        for a, b in zip(starts, np.r_[starts[1:], len(warps)]):
+            w, sub = int(warps[a]), idx[a:b]
+            lo[sub] = np.minimum(lo[sub], w)
+            hi[sub] = np.maximum(hi[sub], w)
+
+    def _count(self, idx, step):
+        where, times = np.unique(idx, return_counts=True)
+        self.pending[where] += step * times.astype(np.int32)
+
     def issue_async(self, fault, instr, lanes, idx):
         self.write(fault, instr, lanes, idx, asynchronous=True)
-        np.add.at(self.pending, idx, 1)
+        self._count(idx, 1)
 
     def land_async(self, fault, instr, lanes, idx):
-        np.add.at(self.pending, idx, -1)
+        self._count(idx, -1)
         self.write(fault, instr, lanes, idx, asynchronous=True)

@@ -240,7 +240,7 @@ def ternary(instr, B):
     t = types[0]
     if t.kind in ("f", "bf", "f16x2", "bf16x2"):
         if t.name == "f64":
-            return float_op(instr, B, t, flags, 3, lambda a, b, c: a * b + c)
+            unsupported(instr, "a fused f64 multiply-add is not exact in float64")
         return float_op(instr, B, t, flags, 3, fma_odd)
     mode = next((m for m in ("lo", "hi", "wide") if m in flags), None)
     if mode is None:
@@ -296,8 +296,13 @@ def unary(instr, B):
             sign = 0x80008000
         sign = ut.type(sign)
 
+        tiny = SMALLEST_NORMAL.get(element_format(t)) if "ftz" in flags else None
+
         def run(mask):
-            bits = np.asarray(ra()).view(ut) if np.ndim(ra()) else np.asarray([ra()]).view(ut)
+            value = np.atleast_1d(ra())
+            if tiny is not None and t.kind == "f":
+                value = flush_subnormal(value, tiny)
+            bits = value.view(ut)
             out = bits ^ sign if op == "neg" else bits & ~sign
             w(np.broadcast_to(out.view(t.view), (B.n,)), mask)
         return run
@@ -447,9 +452,7 @@ def cvt(instr, B):
         unsupported(instr, "cvt needs a destination and a source type")
     dt, st = types
     rounding = next((m for m in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi") if m in flags), None)
-    only(instr, flags - {rounding}, {"sat", "ftz", "relu", "satfinite"})
-    if rounding in ("rm", "rp"):
-        unsupported(instr, f"rounding .{rounding}")
+    only(instr, flags - {rounding}, {"sat", "ftz", "relu"})
     d_float = dt.kind in ("f", "bf", "f16x2", "bf16x2")
     s_float = st.kind in ("f", "bf")
     sat = "sat" in flags
@@ -484,9 +487,11 @@ def cvt(instr, B):
                 x = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}[rounding](x)
             elif dt.size < st.size and rounding is None:
                 unsupported(instr, "a narrowing float conversion needs a rounding modifier")
+            if "relu" in flags:
+                x = np.where(x < 0, 0.0, x)
             if sat:
                 x = saturate01(x)
-            out = encode(dt, x, "rz" if rounding == "rz" else "rn")
+            out = encode(dt, x, rounding if rounding in ("rz", "rm", "rp") else "rn")
             if ftz and element_format(dt) in SMALLEST_NORMAL:
                 out = encode(dt, flush_subnormal(decode(dt, out), SMALLEST_NORMAL[element_format(dt)]))
             return out
@@ -498,8 +503,8 @@ def cvt(instr, B):
                 x = flush_subnormal(x, SMALLEST_NORMAL.get(element_format(st), 0.0))
             return float_to_int(x, dt, rounding)
         if d_float:                       # integer -> float
-            if rounding not in ("rn", "rz"):
-                unsupported(instr, "integer to float needs .rn or .rz")
+            if rounding not in ("rn", "rz", "rm", "rp"):
+                unsupported(instr, "integer to float needs .rn, .rz, .rm or .rp")
             x = int_to_float(v, element_format(dt), rounding)
             if sat:
                 x = encode(dt, saturate01(decode(dt, x)))
