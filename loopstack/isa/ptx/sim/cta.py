@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import ArgumentError, SimulationError
-from . import async_copy, warp  # noqa: F401  (register their builders)
+from . import access, arith, async_copy, convert, warp  # noqa: F401  (they register their builders)
 from .memory import Fault, GlobalMemory, SharedMemory, ByteSpace
 from .numeric import TYPES, storage_dtype
 from .operands import Operands

@@ -192,3 +192,37 @@ def saturate_int(v: np.ndarray, t: PType) -> np.ndarray:
     """Clamp wide integers (int64 or float64 holding integers) to the range of integer type `t`."""
     info = np.iinfo(t.view)
     return np.clip(v, info.min, info.max).astype(t.view)
+
+
+# ---- operands of float types as float64, and back ------------------------------------------------
+
+def decode(t: PType, v):
+    """Operand bits/values of float type `t` -> float64 array (packed types: two per lane, low first)."""
+    v = np.asarray(v)
+    if t.kind == "f":
+        return v.astype(np.float64)
+    if t.kind == "bf":
+        return bf16_to_f32(v).astype(np.float64)
+    words = np.ascontiguousarray(np.atleast_1d(v), dtype=np.uint32)
+    if t.kind == "f16x2":
+        return words.view(np.float16).astype(np.float64)
+    if t.kind == "bf16x2":
+        return bf16_to_f32(words.view(np.uint16)).astype(np.float64)
+    raise ValueError(t.name)
+
+
+def encode(t: PType, x, mode="rn"):
+    """float64 (exact or round-to-odd) -> values/bits of float type `t`."""
+    if t.kind == "f":
+        return round_to(x, t.name, mode)
+    if t.kind == "bf":
+        return round_to(x, "bf16", mode)
+    if t.kind == "f16x2":
+        return np.ascontiguousarray(round_to(x, "f16", mode)).view(np.uint32)
+    if t.kind == "bf16x2":
+        return np.ascontiguousarray(round_to(x, "bf16", mode)).view(np.uint32)
+    raise ValueError(t.name)
+
+
+def element_format(t: PType) -> str:
+    return {"f16x2": "f16", "bf16x2": "bf16", "bf": "bf16"}.get(t.kind, t.name)
