@@ -45,7 +45,7 @@ def float_op(instr, B, t, flags, nargs, compute, allowed=("rn", "ftz", "sat")):
         out = encode(t, x)
         if ftz:
             out = encode(t, flush_subnormal(decode(t, out), tiny))
-        write(np.broadcast_to(out, (B.n,)) if np.ndim(out) == 0 else out, mask)
+        write(out, mask)
     return run
 
 
@@ -167,7 +167,7 @@ def binary(instr, B):
 
     def run(mask):
         out = np.asarray(compute(ra(), rb(), mask)).astype(dt.view)
-        w(np.broadcast_to(out, (B.n,)), mask)
+        w(out, mask)
     return run
 
 
@@ -197,7 +197,7 @@ def ternary(instr, B):
             p = mul_hi(a, b, t)
         else:
             p = a * b
-        w(np.broadcast_to(np.asarray(p + c).astype(dt.view), (B.n,)), mask)
+        w(np.asarray(p + c).astype(dt.view), mask)
     return run
 
 
@@ -240,7 +240,7 @@ def unary(instr, B):
                 value = flush_subnormal(value, tiny)
             bits = value.view(ut)
             out = bits ^ sign if op == "neg" else bits & ~sign
-            w(np.broadcast_to(out.view(t.view), (B.n,)), mask)
+            w(out.view(t.view), mask)
         return run
     only(instr, flags, set())
     if t.kind == "pred":
@@ -251,7 +251,7 @@ def unary(instr, B):
           "cnot": lambda a: (a == 0).astype(t.view)}[op]
     if op in ("neg", "abs") and not t.signed:
         unsupported(instr, f"{op} needs a signed type")
-    return lambda mask: w(np.broadcast_to(np.asarray(fn(ra())).astype(t.view), (B.n,)), mask)
+    return lambda mask: w(np.asarray(fn(ra())).astype(t.view), mask)
 
 
 # ---- comparisons and selection ---------------------------------------------------------------

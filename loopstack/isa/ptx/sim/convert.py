@@ -20,7 +20,7 @@ def mov(instr, B):
         return pack(instr, B, t, dst, src)
     r = B.ops.reader(instr, src, t)
     w = B.ops.writer(instr, dst, t)
-    return lambda mask: w(np.broadcast_to(r(), (B.n,)), mask)
+    return lambda mask: w(r(), mask)
 
 
 def pack(instr, B, t, dst, src):
@@ -123,7 +123,7 @@ def cvt(instr, B):
         return v.astype(dt.view)
 
     def run(mask):
-        w(np.broadcast_to(convert(np.broadcast_to(ra(), (B.n,))), (B.n,)), mask)
+        w(convert(np.broadcast_to(ra(), (B.n,))), mask)
     return run
 
 
@@ -138,4 +138,4 @@ def cvta(instr, B):
     t = TYPES[instr.mods[-1]]
     r = B.ops.reader(instr, instr.operands[1], t)
     w = B.ops.writer(instr, instr.operands[0], t)
-    return lambda mask: w(np.broadcast_to(r(), (B.n,)), mask)
+    return lambda mask: w(r(), mask)

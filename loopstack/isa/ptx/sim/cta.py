@@ -148,8 +148,11 @@ class BoundKernel:
         return Op("op", build(instr, self), guard, None, instr)
 
     # -- run
-    def run(self, max_steps=DEFAULT_MAX_STEPS):
+    def run(self, max_steps=DEFAULT_MAX_STEPS) -> int:
+        """Run every CTA of the grid; returns the instructions executed (one per group of threads
+        stepped together)."""
         gx, gy, gz = self.grid
+        total = 0
         with np.errstate(all="ignore"):
             for z in range(gz):
                 for y in range(gy):
@@ -159,9 +162,10 @@ class BoundKernel:
                             self.specials[f"%ctaid.{axis}"].fill(v)
                         self.shared.reset()
                         self.copies.reset()
-                        self._run_cta(max_steps)
+                        total += self._run_cta(max_steps)
         for original, work in self._writeback:
             original[...] = work
+        return total
 
     def _run_cta(self, max_steps):
         n, prog, end = self.n, self.prog, len(self.prog)
@@ -175,7 +179,7 @@ class BoundKernel:
                 runnable = live & ~waiting
                 if not runnable.any():
                     if not live.any():
-                        return
+                        return steps
                     self._release_barrier(live, waiting)
                     waiting[:] = False
                     self.shared.hazards.barrier()
@@ -186,7 +190,7 @@ class BoundKernel:
             if pc >= end:                      # ran off the end: an implicit exit
                 live &= ~mask
                 if not live.any():
-                    return
+                    return steps
                 uniform = False
                 continue
             steps += 1
@@ -226,7 +230,7 @@ class BoundKernel:
             elif kind == "exit":
                 live &= ~eff
                 if not live.any():
-                    return
+                    return steps
                 mask = mask & ~eff
                 pc += 1
                 pcs[mask] = pc

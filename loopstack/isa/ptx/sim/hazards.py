@@ -88,8 +88,8 @@ class SharedHazards:
         """Record that the warps of `lanes` touched bytes idx: one pass per warp (lanes ascend),
         so that bytes touched by several warps in one access keep their least and greatest."""
         warps = np.asarray(lanes) // 32
-        starts = np.flatnonzero(np.r_[True, warps[1:] != warps[:-1]])
-        for a, b in zip(starts, np.r_[starts[1:], len(warps)]):
+        cuts = (np.flatnonzero(warps[1:] != warps[:-1]) + 1).tolist()
+        for a, b in zip([0] + cuts, cuts + [len(warps)]):
             w, sub = int(warps[a]), idx[a:b]
             lo[sub] = np.minimum(lo[sub], w)
             hi[sub] = np.maximum(hi[sub], w)
