@@ -653,7 +653,8 @@ def _directed(exact: Fraction, rn_bits: int, value_of, mode: str) -> int:
         cands.add((rn_bits ^ 0x8000) | 1)
     key = {b: (Fraction(v) if np.isfinite(v) else v) for b in cands if not np.isnan(v := value_of(b))}
     if mode == "rz":
-        ok = [b for b, k in key.items() if np.isfinite(value_of(b)) and abs(k) <= abs(exact) and (k == 0 or (k > 0) == (exact > 0))]
+        ok = [b for b, k in key.items()
+              if np.isfinite(value_of(b)) and abs(k) <= abs(exact) and (k == 0 or (k > 0) == (exact > 0))]
         return max(ok, key=lambda b: abs(key[b]))
     if mode == "rm":
         return max((b for b, k in key.items() if k <= exact), key=lambda b: key[b])
@@ -688,7 +689,7 @@ def test_cvt_rounding_modes_and_relu(seed):
         got = out[i, [6, 7, 8, 9]].view(np.float32).tolist()
         exact = Fraction(v)
         rn = float(np.float32(v))
-        nb = {rn, float(np.nextafter(np.float32(rn), np.float32(np.inf))), float(np.nextafter(np.float32(rn), np.float32(-np.inf)))}
+        nb = {rn, *(float(np.nextafter(np.float32(rn), np.float32(d))) for d in (np.inf, -np.inf))}
         assert got[0] == rn
         assert got[1] == max((c for c in nb if abs(Fraction(c)) <= abs(exact)), key=abs)
         assert got[2] == max(c for c in nb if Fraction(c) <= exact)

@@ -75,7 +75,9 @@ def mul_hi(a, b, t: PType):
     mid = (ll >> s32) + (lh & m32) + (hl & m32)
     hi = hh + (lh >> s32) + (hl >> s32) + (mid >> s32)
     if t.signed:
-        hi = hi - np.where(np.asarray(a) < 0, ub, 0).astype(np.uint64) - np.where(np.asarray(b) < 0, ua, 0).astype(np.uint64)
+        # signed high half = unsigned high half - (a < 0 ? b : 0) - (b < 0 ? a : 0), mod 2**64
+        hi = hi - np.where(np.asarray(a) < 0, ub, 0).astype(np.uint64) \
+            - np.where(np.asarray(b) < 0, ua, 0).astype(np.uint64)
     return hi.view(t.view) if hi.ndim else t.view.type(hi)
 
 

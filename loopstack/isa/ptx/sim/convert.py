@@ -9,6 +9,7 @@ from .numeric import (SMALLEST_NORMAL, TYPES, decode, element_format, encode, fl
 from .ops import builder, only, operand_count, types_and_flags, unsupported
 from .parse import Vec
 
+
 @builder("mov")
 def mov(instr, B):
     types, flags = types_and_flags(instr)

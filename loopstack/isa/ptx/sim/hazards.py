@@ -50,14 +50,16 @@ class SharedHazards:
         row = int(k[0])
         fault.raise_for(instr, lanes[row], f"shared-memory race: {what} shared address {int(idx[tuple(k)]):#x}")
 
-    def read(self, fault, instr, lanes, idx):
-        """Lanes `lanes` read the shared bytes idx (one row of byte offsets per lane)."""
-        warp = np.broadcast_to((np.asarray(lanes) // 32)[:, None], idx.shape)
+    def _in_flight(self, fault, instr, lanes, idx, what):
         if self.pending.any():
             inflight = self.pending[idx] > 0
             if inflight.any():
-                self._raise(fault, instr, lanes, idx, inflight,
-                            "reads, before its cp.async.wait, a byte an in-flight cp.async will write, at")
+                self._raise(fault, instr, lanes, idx, inflight, f"{what} an in-flight cp.async will write, at")
+
+    def read(self, fault, instr, lanes, idx):
+        """Lanes `lanes` read the shared bytes idx (one row of byte offsets per lane)."""
+        warp = np.broadcast_to((np.asarray(lanes) // 32)[:, None], idx.shape)
+        self._in_flight(fault, instr, lanes, idx, "reads, before its cp.async.wait, a byte")
         raw = self._other(self.wmin[idx], self.wmax[idx], warp)
         if raw.any():
             w = int(self.wmax[idx][raw][0])
@@ -68,11 +70,8 @@ class SharedHazards:
     def write(self, fault, instr, lanes, idx, asynchronous=False):
         """Lanes write the shared bytes idx (a st.shared, or a cp.async issued or landing)."""
         warp = np.broadcast_to((np.asarray(lanes) // 32)[:, None], idx.shape)
-        if not asynchronous and self.pending.any():
-            inflight = self.pending[idx] > 0
-            if inflight.any():
-                self._raise(fault, instr, lanes, idx, inflight,
-                            "stores to a byte an in-flight cp.async will write, at")
+        if not asynchronous:
+            self._in_flight(fault, instr, lanes, idx, "stores to a byte")
         war = self._other(self.rmin[idx], self.rmax[idx], warp)
         if war.any():
             self._raise(fault, instr, lanes, idx, war,
