@@ -700,3 +700,74 @@ def test_divergent_bra_uni_raises():
     with pytest.raises(SimulationError, match=r"bra.uni diverges: thread \(5, 0, 0\)"):
         launch(K.BRA_UNI_DIVERGES, "bra_uni", grid=(1,), block=(32,), args=[np.zeros(1, np.uint32)])
     launch(K.BRA_UNI_DIVERGES, "bra_uni", grid=(1,), block=(5,), args=[np.zeros(1, np.uint32)])   # uniform: fine
+
+
+# ---- random control flow: divergent threads against the same threads run one by one -------------
+
+@st.composite
+def _cfgs(draw):
+    """A random control-flow graph of basic blocks with thread-dependent conditional branches,
+    forward and backward (loops); every block spends one unit of fuel, so every thread ends."""
+    nblocks = draw(st.integers(2, 7))
+    lines = []
+    for blk in range(nblocks):
+        lines += [f"B{blk}:", "sub.s32 %fuel, %fuel, 1;", "setp.le.s32 %pf, %fuel, 0;", "@%pf bra EXIT;"]
+        for _ in range(draw(st.integers(0, 3))):
+            op = draw(st.sampled_from(["add.s32", "xor.b32", "mul.lo.s32", "shr.u32", "min.s32", "sub.s32"]))
+            d, a, b = (draw(st.integers(0, 3)) for _ in range(3))
+            lines.append(f"{op} %r{d}, %r{a}, %r{b};")
+        term = draw(st.sampled_from(["fall", "cond", "cond", "jump", "exit"]))
+        target = f"B{draw(st.integers(0, nblocks - 1))}"
+        if term == "cond":
+            cmp = draw(st.sampled_from(["lt.s32", "ne.b32", "hi.u32"]))
+            a, b = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+            lines += [f"and.b32 %t, %r{b}, 7;", f"setp.{cmp} %p1, %r{a}, %t;", f"@%p1 bra {target};"]
+        elif term == "jump":
+            lines.append(f"bra.uni {target};")
+        elif term == "exit":
+            lines.append("bra.uni EXIT;")
+    return lines
+
+
+def _cfg_ptx(lines):
+    body = "\n".join(line if line.endswith(":") else "    " + line for line in lines)
+    return K.HEADER + f"""
+.visible .entry cfg(.param .u64 pio, .param .u32 fuel)
+{{
+    .reg .pred %p1, %pf;
+    .reg .b32 %r<4>;
+    .reg .b32 %t, %fuel, %id;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [pio];
+    ld.param.u32 %fuel, [fuel];
+    mov.u32 %t, %ctaid.x;
+    mov.u32 %id, %ntid.x;
+    mov.u32 %r0, %tid.x;
+    mad.lo.s32 %id, %t, %id, %r0;
+    mul.wide.u32 %rd2, %id, 16;
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.v4.b32 {{%r0, %r1, %r2, %r3}}, [%rd3];
+{body}
+EXIT:
+    st.global.v4.b32 [%rd3], {{%r0, %r1, %r2, %r3}};
+    ret;
+}}
+"""
+
+
+@settings(max_examples=20)
+@given(lines=_cfgs(), fuel=st.integers(1, 40), seed=st.integers(0, 2**32 - 1))
+def test_divergent_control_flow_matches_threads_run_alone(lines, fuel, seed):
+    """One CTA of 64 divergent threads computes what 64 one-thread CTAs compute: the per-thread
+    PCs and their reconvergence change nothing but the order of independent work."""
+    rng = np.random.default_rng(seed)
+    io = rng.integers(0, 2**32, (64, 4), dtype=np.uint64).astype(np.uint32)
+    io[:, 0] = np.arange(64)                       # make the branches depend on the thread
+    alone = io.copy()
+    ptx = _cfg_ptx(lines)
+    launch(ptx, "cfg", grid=(1,), block=(64,), args=[io, fuel])
+    launch(ptx, "cfg", grid=(64,), block=(1,), args=[alone, fuel])
+    np.testing.assert_array_equal(io, alone)
+    if shutil.which("ptxas"):
+        r = subprocess.run(["ptxas", "-arch=sm_80", "-o", "/dev/null", "-"], input=ptx, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
