@@ -831,3 +831,21 @@ SKIP:
     ret;
 }
 """
+
+# CTA c stores c at out[c * stride + tid]: with stride < ntid neighbouring CTAs overlap.
+OVERLAP = HEADER + """
+.visible .entry overlap(.param .u64 out, .param .u32 stride)
+{
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r1, [stride];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %tid.x;
+    mad.lo.s32 %r4, %r2, %r1, %r3;
+    mul.wide.u32 %rd2, %r4, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r2;
+    ret;
+}
+"""

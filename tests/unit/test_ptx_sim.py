@@ -771,3 +771,12 @@ def test_divergent_control_flow_matches_threads_run_alone(lines, fuel, seed):
     if shutil.which("ptxas"):
         r = subprocess.run(["ptxas", "-arch=sm_80", "-o", "/dev/null", "-"], input=ptx, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
+
+
+def test_ctas_writing_each_others_output_is_a_race():
+    out = np.zeros(4 * 32, np.uint32)
+    launch(K.OVERLAP, "overlap", grid=(4,), block=(32,), args=[out, 32])
+    np.testing.assert_array_equal(out, np.repeat(np.arange(4), 32))
+    with pytest.raises(SimulationError, match=r"CTA \(1, 0, 0\).*global-memory race: overwrites what another CTA "
+                                              r"wrote since the launch began"):
+        launch(K.OVERLAP, "overlap", grid=(4,), block=(32,), args=[out, 31])

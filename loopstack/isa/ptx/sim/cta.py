@@ -158,6 +158,7 @@ class BoundKernel:
                 for y in range(gy):
                     for x in range(gx):
                         self.ctaid = (x, y, z)
+                        self.globals.cta = x + gx * (y + gy * z)
                         for axis, v in zip("xyz", (x, y, z)):
                             self.specials[f"%ctaid.{axis}"].fill(v)
                         self.shared.reset()
@@ -182,7 +183,7 @@ class BoundKernel:
                         return steps
                     self._release_barrier(live, waiting)
                     waiting[:] = False
-                    self.shared.hazards.barrier()
+                    self.shared.hazards.clear()
                     runnable = live.copy()
                 pc = int(pcs[runnable].min())
                 mask = runnable & (pcs == pc)
@@ -239,7 +240,7 @@ class BoundKernel:
             elif kind == "bar":
                 if uniform and rest is None and not waiting.any():
                     self._release_barrier(live, mask, op.instr)
-                    self.shared.hazards.barrier()
+                    self.shared.hazards.clear()
                     pc += 1
                     continue
                 waiting |= eff
