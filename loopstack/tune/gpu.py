@@ -120,6 +120,13 @@ class GpuTuneResult:
     measured_tflops: float | None
     history: list                  # per generation: (best predicted TFLOPS, distinct candidates seen)
     evaluated: int
+    arch: str = "sm_90"
+
+    @property
+    def target(self):
+        """The GpuTarget to compile with: `lt.compile(C, target=result.target)`."""
+        from ..backend.ptx import GpuTarget
+        return GpuTarget(self.arch, self.best)
 
 
 def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, generations: int = 8,
@@ -167,4 +174,4 @@ def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, genera
         measured[pop[0]] = con.flops / measure(pop[0]) / 1e12
         pop.sort(key=lambda c: -rate(c))
     best = pop[0]
-    return GpuTuneResult(best, score[best], measured.get(best), history, len(score))
+    return GpuTuneResult(best, score[best], measured.get(best), history, len(score), target)
