@@ -40,8 +40,17 @@ def ui(tensor, path: str = "schedule.json"):
     return _ui(tensor, path=path)
 
 
+# The subpackage is imported before `tune` is defined: importing it later (any compile looks up
+# loopstack.tune.lookup) would otherwise rebind `loopstack.tune` from this function to the package.
+from . import tune as _tune_package  # noqa: E402,F401
+
+
 def tune(tensor, budget_s=60, mapper="scripted", cost_model="measure", workers=1, **kw):
-    """Search schedules for `tensor` (see loopstack.tune.api.tune); returns a TuneResult."""
+    """Search schedules for `tensor` (see loopstack.tune.api.tune); returns a TuneResult.
+    A GPU target ("sm_80", "sm_90") searches the tensor-core knobs (loopstack.tune.gpu)."""
+    if isinstance(kw.get("target"), str) and kw["target"].startswith("sm_"):
+        from .tune.gpu import tune_gpu
+        return tune_gpu(tensor, target=kw.pop("target"), **kw)
     from .tune.api import tune as _tune
 
     return _tune(tensor, budget_s=budget_s, mapper=mapper, cost_model=cost_model, workers=workers, **kw)

@@ -28,6 +28,7 @@ from ..backend.ptx.knobs import KNOB_VALUES
 from ..backend.ptx.match import Contraction, match
 from ..errors import ScheduleError
 from ..isa.ptx.mma import mma_for
+from .mappers import _diverse
 
 
 @dataclass(frozen=True)
@@ -108,17 +109,8 @@ def _distance(a: GpuSchedule, b: GpuSchedule) -> int:
 
 
 def diverse_half(cands: list, score: dict) -> list:
-    """Half of `cands`, picked greedily by score times (1 + distance to those already picked)."""
-    ranked = sorted(set(cands), key=lambda c: -score[c])
-    want = max(1, len(cands) // 2)
-    if not ranked:
-        return []
-    kept = [ranked[0]]
-    top = max(score[ranked[0]], 1e-12)
-    while len(kept) < min(want, len(ranked)):
-        kept.append(max((c for c in ranked if c not in kept),
-                        key=lambda c: (0.5 + score[c] / top) * (1 + min(_distance(c, q) for q in kept))))
-    return kept
+    """Half of `cands`, picked greedily by score times (1 + knobs differing from those picked)."""
+    return _diverse(list(dict.fromkeys(cands)), score, max(1, len(cands) // 2), distance=_distance)
 
 
 @dataclass
@@ -128,6 +120,13 @@ class GpuTuneResult:
     measured_tflops: float | None
     history: list                  # per generation: (best predicted TFLOPS, distinct candidates seen)
     evaluated: int
+    arch: str = "sm_90"
+
+    @property
+    def target(self):
+        """The GpuTarget to compile with: `lt.compile(C, target=result.target)`."""
+        from ..backend.ptx import GpuTarget
+        return GpuTarget(self.arch, self.best)
 
 
 def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, generations: int = 8,
@@ -175,4 +174,4 @@ def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, genera
         measured[pop[0]] = con.flops / measure(pop[0]) / 1e12
         pop.sort(key=lambda c: -rate(c))
     best = pop[0]
-    return GpuTuneResult(best, score[best], measured.get(best), history, len(score))
+    return GpuTuneResult(best, score[best], measured.get(best), history, len(score), target)

@@ -239,8 +239,10 @@ def _distance(a: Plan, b: Plan) -> float:
     return d
 
 
-def _diverse(cands, score, k: int) -> list:
-    """`k` of `cands`, chosen greedily by score times distance to those already chosen."""
+def _diverse(cands, score, k: int, distance=None) -> list:
+    """`k` of `cands`, chosen greedily by score times distance to those already chosen
+    (`distance` between two candidates: plans' by default)."""
+    distance = distance or _distance
     ranked = sorted(cands, key=lambda c: -score[c])
     if not ranked:
         return []
@@ -248,7 +250,7 @@ def _diverse(cands, score, k: int) -> list:
     top = max(score[ranked[0]], 1e-9)
     while len(kept) < min(k, len(ranked)):
         kept.append(max((c for c in ranked if c not in kept),
-                        key=lambda c: (0.5 + score[c] / top) * (1 + min(_distance(c, q) for q in kept))))
+                        key=lambda c: (0.5 + score[c] / top) * (1 + min(distance(c, q) for q in kept))))
     return kept
 
 

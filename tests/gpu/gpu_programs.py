@@ -9,7 +9,7 @@ def bf16():
     return ml_dtypes.bfloat16
 
 
-NP_DTYPES = {"float16": np.float16, "int8": np.int8, "int32": np.int32}
+NP_DTYPES = {"float16": np.float16, "float32": np.float32, "int8": np.int8, "int32": np.int32}
 
 
 def np_dtype(name):

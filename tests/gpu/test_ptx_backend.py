@@ -58,11 +58,24 @@ def test_kernels_are_inspectable_on_any_host(kernels):
         assert k.ptx.startswith(".version 8.0") and f".visible .entry {k.entry}(" in k.ptx, name
         assert k.compile_ms > 0 and k.flops == k.contraction.flops > 0
         assert k.ptx.count("mma.sync.aligned") >= 1 and "cp.async" in k.ptx, name
+        assert f".maxntid {k.block[0]}, 1, 1" in k.ptx          # ptxas fits the registers to the CTA
     conv1 = dict(kernels)["CONV-1"]
     assert conv1.contraction.m == 32 * 56 * 56 and conv1.contraction.k == 9 * 64
     assert conv1.contraction.conv.c == 64 and conv1.contraction.conv.stride == 1 and conv1.contraction.conv.pad == 1
     assert "// conv M=100352 N=128 K=576" in conv1.ptx
     assert conv1.flops == 2 * 32 * 56 * 56 * 128 * 64 * 9
+
+
+def test_the_schedule_reads_as_a_bound_loop_nest(kernels):
+    text = dict(kernels)["gemm-bf16-bias"].schedule_text()
+    lines = [ln.strip() for ln in text.splitlines()]
+    assert lines[2].startswith("for mb in 2 : block.y") and lines[3].startswith("for nb in 2 : block.x")
+    assert lines[4].startswith("for wm in 2 : warp") and lines[5].startswith("for wn in 2 : warp")
+    assert lines[6].startswith("for kt in 1 : cp.async pipeline, 4 stage(s)")
+    assert "tensorize mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in text
+    assert lines[-1] == "store relu(add(acc, %in2[n])) -> bfloat16"         # 64 x 64 in 32 x 32 blocks: no guards
+    conv = dict(kernels)["conv-stride2-reorder"].schedule_text()
+    assert "stride 2 pad 1" in conv and "channel blocks outermost" in conv and "predicated per element" in conv
 
 
 @needs_ptxas
@@ -73,6 +86,24 @@ def test_every_kernel_assembles_for_sm80_and_sm90(kernels):
     ptxas.assemble(by_target["sm_80"], "sm_80")
     ptxas.assemble(by_target["sm_80"], "sm_90")
     ptxas.assemble(by_target["sm_90"], "sm_90")
+
+
+@needs_ptxas
+def test_the_benchmark_kernels_do_not_spill():
+    """GEMM 4096^3 and CONV-1..4 with the default knobs and with the model's picks: no register
+    spills (ptxas -v), which would put local-memory traffic into the main loop."""
+    from loopstack.tune.gpu import tune_gpu
+    trees = []
+    C, _, _ = gemm(4096, 4096, 4096, "float16", None)
+    trees.append(C.loop_tree.lower())
+    for c, k, h in ((64, 128, 56), (128, 256, 28), (256, 512, 14), (512, 512, 7)):
+        Y, _, _ = conv(32, h, c, k, "float16", None)
+        trees.append(Y.loop_tree.lower())
+    ptx = [compile_ptx(t, "sm_90", s).ptx for t in trees for s in (GpuSchedule(), tune_gpu(t, "sm_90").best)]
+    found = ptxas.resources(ptx, "sm_90")
+    assert len(found) == len(ptx)
+    for name, r in found.items():
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["registers"] <= 255, (name, r)
 
 
 @pytest.mark.parametrize("knob, value", [
@@ -92,6 +123,8 @@ def test_knob_combinations_that_cannot_compile_name_their_knobs():
         compile_ptx(tree, "sm_90", GpuSchedule(BLK_ROW_WARPS=8, BLK_COL_WARPS=4))
     with pytest.raises(ScheduleError, match="WARP_ROW_TILES\\*WARP_COL_TILES"):
         compile_ptx(tree, "sm_90", GpuSchedule(WARP_ROW_TILES=8, WARP_COL_TILES=4))
+    with pytest.raises(ScheduleError, match="16 warps: 512 threads get 128 registers each"):
+        compile_ptx(tree, "sm_90", GpuSchedule(BLK_ROW_WARPS=4, BLK_COL_WARPS=4, WARP_ROW_TILES=4, WARP_COL_TILES=4))
     with pytest.raises(ScheduleError, match="knob stages=4"):
         compile_ptx(tree, "sm_80", GpuSchedule(2, 4, 4, 4, CHUNK=8, stages=4))
     with pytest.raises(ScheduleError, match="unknown knob 'CHUNKS'"):

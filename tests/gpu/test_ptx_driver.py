@@ -85,6 +85,18 @@ def test_device_arrays_are_checked_before_a_launch(obj, is_out, message):
         driver.device_pointer(obj, "A", np.float16, (8, 4), is_out)
 
 
+class _Raises:
+    @property
+    def __cuda_array_interface__(self):
+        raise TypeError("dtype bfloat16 cannot be exported")
+
+
+def test_an_interface_that_fails_says_how_to_pass_bfloat16():
+    assert driver.is_device_array(_Raises()) and not driver.is_device_array(np.zeros(2))
+    with pytest.raises(ArgumentError, match="t.view\\(torch.int16\\)"):
+        driver.device_pointer(_Raises(), "A", np.float16, (8, 4), False)
+
+
 def test_a_contiguous_device_array_gives_its_pointer():
     assert driver.device_pointer(_Cai((8, 4), strides=(8, 2)), "A", np.float16, (8, 4), True) == 4096
 

@@ -48,6 +48,14 @@ def test_search_on_the_model_beats_the_default_and_keeps_valid_knobs():
     compile_ptx(C.loop_tree.lower(), "sm_90", r.best)                        # and it compiles
 
 
+def test_lt_tune_with_a_gpu_target_searches_the_knobs():
+    import loopstack as lt
+    C, _, _ = gemm(512, 384, 256, "bfloat16", None)
+    r = lt.tune(C, target="sm_80", generations=3, seed=2)
+    k = lt.compile(C, target=r.target)
+    assert k.schedule == r.best and k.target == "sm_80" and ".target sm_80" in k.ptx
+
+
 def test_measurements_override_the_model():
     Y, _, _ = conv(32, 14, 256, 512, "float16", None)
     favourite = tune_gpu(Y, target="sm_80", generations=6, seed=0).best

@@ -760,3 +760,92 @@ MISC = """.version 8.0
     ret;
 }
 """
+
+# Rounding modes of cvt: per thread, from x = fx[i] (f32) and n = ix[i] (s32), twelve halves
+# (f16 and bf16 by rn, rz, rm, rp, then f16 rn.relu, bf16 rn.relu, two zeros) in six words and
+# n converted to f32 by rn, rz, rm, rp in words 6 to 9.
+CVT_MODES = HEADER + """
+.visible .entry cvt_modes(.param .u64 pfx, .param .u64 pix, .param .u64 pout)
+{
+    .reg .b16 %h<13>;
+    .reg .b32 %r<16>;
+    .reg .f32 %f<6>;
+    .reg .b64 %rd<8>;
+
+    ld.param.u64 %rd1, [pfx];
+    ld.param.u64 %rd2, [pix];
+    ld.param.u64 %rd3, [pout];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd4, %r1, 4;
+    add.s64 %rd5, %rd1, %rd4;
+    ld.global.f32 %f1, [%rd5];
+    add.s64 %rd5, %rd2, %rd4;
+    ld.global.s32 %r2, [%rd5];
+    cvt.rn.f16.f32 %h1, %f1;
+    cvt.rz.f16.f32 %h2, %f1;
+    cvt.rm.f16.f32 %h3, %f1;
+    cvt.rp.f16.f32 %h4, %f1;
+    cvt.rn.bf16.f32 %h5, %f1;
+    cvt.rz.bf16.f32 %h6, %f1;
+    cvt.rm.bf16.f32 %h7, %f1;
+    cvt.rp.bf16.f32 %h8, %f1;
+    cvt.rn.relu.f16.f32 %h9, %f1;
+    cvt.rn.relu.bf16.f32 %h10, %f1;
+    mov.b16 %h11, 0;
+    cvt.rn.f32.s32 %f2, %r2;
+    cvt.rz.f32.s32 %f3, %r2;
+    cvt.rm.f32.s32 %f4, %r2;
+    cvt.rp.f32.s32 %f5, %r2;
+    mov.b32 %r3, {%h1, %h2};
+    mov.b32 %r4, {%h3, %h4};
+    mov.b32 %r5, {%h5, %h6};
+    mov.b32 %r6, {%h7, %h8};
+    mov.b32 %r7, {%h9, %h10};
+    mov.b32 %r8, {%h11, %h11};
+    mov.b32 %r9, %f2;
+    mov.b32 %r10, %f3;
+    mov.b32 %r11, %f4;
+    mov.b32 %r12, %f5;
+    mul.wide.u32 %rd6, %r1, 48;
+    add.s64 %rd7, %rd3, %rd6;
+    st.global.v4.b32 [%rd7], {%r3, %r4, %r5, %r6};
+    st.global.v4.b32 [%rd7+16], {%r7, %r8, %r9, %r10};
+    st.global.v4.b32 [%rd7+32], {%r11, %r12, %r8, %r8};
+    ret;
+}
+"""
+
+# A bra.uni whose predicate differs between threads: .uni promises it does not.
+BRA_UNI_DIVERGES = HEADER + """
+.visible .entry bra_uni(.param .u64 out)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    setp.lt.u32 %p1, %r1, 5;
+    @%p1 bra.uni SKIP;
+    st.global.u32 [%rd1], %r1;
+SKIP:
+    ret;
+}
+"""
+
+# CTA c stores c at out[c * stride + tid]: with stride < ntid neighbouring CTAs overlap.
+OVERLAP = HEADER + """
+.visible .entry overlap(.param .u64 out, .param .u32 stride)
+{
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r1, [stride];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %tid.x;
+    mad.lo.s32 %r4, %r2, %r1, %r3;
+    mul.wide.u32 %rd2, %r4, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r2;
+    ret;
+}
+"""

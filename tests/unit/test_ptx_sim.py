@@ -640,3 +640,143 @@ def test_overwriting_a_stage_other_warps_still_read_is_a_race():
     A, B = np.ones((64, 64), np.float16), np.ones((64, 64), np.float16)
     with pytest.raises(SimulationError, match=r"cp.async.cg.*race: overwrites what another warp read"):
         launch(racy, "gemm_f16", grid=(1, 1), block=(128,), args=[A, B, np.zeros((64, 64), np.float32), 64, 64, 64])
+
+
+def _directed(exact: Fraction, rn_bits: int, value_of, mode: str) -> int:
+    """The 16-bit pattern of `exact` rounded by `mode`, chosen among the round-to-nearest pattern
+    and its neighbours (on sign-magnitude patterns +-1 steps the magnitude; from a zero, the
+    smallest subnormal of the other sign), compared exactly."""
+    if mode == "rn":
+        return rn_bits
+    cands = {b for b in (rn_bits - 1, rn_bits, rn_bits + 1) if 0 <= b < 2**16}
+    if rn_bits & 0x7FFF == 0:
+        cands.add((rn_bits ^ 0x8000) | 1)
+    key = {b: (Fraction(v) if np.isfinite(v) else v) for b in cands if not np.isnan(v := value_of(b))}
+    if mode == "rz":
+        ok = [b for b, k in key.items()
+              if np.isfinite(value_of(b)) and abs(k) <= abs(exact) and (k == 0 or (k > 0) == (exact > 0))]
+        return max(ok, key=lambda b: abs(key[b]))
+    if mode == "rm":
+        return max((b for b, k in key.items() if k <= exact), key=lambda b: key[b])
+    return min((b for b, k in key.items() if k >= exact), key=lambda b: key[b])
+
+
+@settings(max_examples=8)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_cvt_rounding_modes_and_relu(seed):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(seed)
+    n = 64
+    fx = (rng.standard_normal(n) * 10.0 ** rng.integers(-6, 5, n)).astype(np.float32)
+    fx[:4] = [1e6, -1e6, 0.0, -1e-9]          # f16 overflow both ways; a tiny negative
+    ix = rng.integers(-2**31, 2**31, n).astype(np.int32)
+    out = np.zeros(n * 12, np.uint32)
+    launch(K.CVT_MODES, "cvt_modes", grid=(1,), block=(n,), args=[fx, ix, out])
+    out = out.reshape(n, 12)
+    halves = np.ascontiguousarray(out[:, :6]).view(np.uint16).reshape(n, 12)
+    f16_of = lambda b: float(np.uint16(b).view(np.float16))                              # noqa: E731
+    bf16_of = lambda b: float(np.uint16(b).view(ml_dtypes.bfloat16))                     # noqa: E731
+    for i, x in enumerate(fx.tolist()):
+        exact = Fraction(x)
+        with np.errstate(over="ignore"):
+            rn16 = int(np.float16(x).view(np.uint16))
+        rnbf = int(np.float32(x).astype(ml_dtypes.bfloat16).view(np.uint16))
+        want = [_directed(exact, rn16, f16_of, m) for m in ("rn", "rz", "rm", "rp")] + \
+               [_directed(exact, rnbf, bf16_of, m) for m in ("rn", "rz", "rm", "rp")]
+        want += [rn16 if x >= 0 else 0, rnbf if x >= 0 else 0]
+        assert halves[i, :10].tolist() == want, (x, halves[i, :10].tolist(), want)
+    for i, v in enumerate(ix.tolist()):
+        got = out[i, [6, 7, 8, 9]].view(np.float32).tolist()
+        exact = Fraction(v)
+        rn = float(np.float32(v))
+        nb = {rn, *(float(np.nextafter(np.float32(rn), np.float32(d))) for d in (np.inf, -np.inf))}
+        assert got[0] == rn
+        assert got[1] == max((c for c in nb if abs(Fraction(c)) <= abs(exact)), key=abs)
+        assert got[2] == max(c for c in nb if Fraction(c) <= exact)
+        assert got[3] == min(c for c in nb if Fraction(c) >= exact)
+
+
+def test_divergent_bra_uni_raises():
+    with pytest.raises(SimulationError, match=r"bra.uni diverges: thread \(5, 0, 0\)"):
+        launch(K.BRA_UNI_DIVERGES, "bra_uni", grid=(1,), block=(32,), args=[np.zeros(1, np.uint32)])
+    launch(K.BRA_UNI_DIVERGES, "bra_uni", grid=(1,), block=(5,), args=[np.zeros(1, np.uint32)])   # uniform: fine
+
+
+# ---- random control flow: divergent threads against the same threads run one by one -------------
+
+@st.composite
+def _cfgs(draw):
+    """A random control-flow graph of basic blocks with thread-dependent conditional branches,
+    forward and backward (loops); every block spends one unit of fuel, so every thread ends."""
+    nblocks = draw(st.integers(2, 7))
+    lines = []
+    for blk in range(nblocks):
+        lines += [f"B{blk}:", "sub.s32 %fuel, %fuel, 1;", "setp.le.s32 %pf, %fuel, 0;", "@%pf bra EXIT;"]
+        for _ in range(draw(st.integers(0, 3))):
+            op = draw(st.sampled_from(["add.s32", "xor.b32", "mul.lo.s32", "shr.u32", "min.s32", "sub.s32"]))
+            d, a, b = (draw(st.integers(0, 3)) for _ in range(3))
+            lines.append(f"{op} %r{d}, %r{a}, %r{b};")
+        term = draw(st.sampled_from(["fall", "cond", "cond", "jump", "exit"]))
+        target = f"B{draw(st.integers(0, nblocks - 1))}"
+        if term == "cond":
+            cmp = draw(st.sampled_from(["lt.s32", "ne.b32", "hi.u32"]))
+            a, b = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+            lines += [f"and.b32 %t, %r{b}, 7;", f"setp.{cmp} %p1, %r{a}, %t;", f"@%p1 bra {target};"]
+        elif term == "jump":
+            lines.append(f"bra.uni {target};")
+        elif term == "exit":
+            lines.append("bra.uni EXIT;")
+    return lines
+
+
+def _cfg_ptx(lines):
+    body = "\n".join(line if line.endswith(":") else "    " + line for line in lines)
+    return K.HEADER + f"""
+.visible .entry cfg(.param .u64 pio, .param .u32 fuel)
+{{
+    .reg .pred %p1, %pf;
+    .reg .b32 %r<4>;
+    .reg .b32 %t, %fuel, %id;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [pio];
+    ld.param.u32 %fuel, [fuel];
+    mov.u32 %t, %ctaid.x;
+    mov.u32 %id, %ntid.x;
+    mov.u32 %r0, %tid.x;
+    mad.lo.s32 %id, %t, %id, %r0;
+    mul.wide.u32 %rd2, %id, 16;
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.v4.b32 {{%r0, %r1, %r2, %r3}}, [%rd3];
+{body}
+EXIT:
+    st.global.v4.b32 [%rd3], {{%r0, %r1, %r2, %r3}};
+    ret;
+}}
+"""
+
+
+@settings(max_examples=20)
+@given(lines=_cfgs(), fuel=st.integers(1, 40), seed=st.integers(0, 2**32 - 1))
+def test_divergent_control_flow_matches_threads_run_alone(lines, fuel, seed):
+    """One CTA of 64 divergent threads computes what 64 one-thread CTAs compute: the per-thread
+    PCs and their reconvergence change nothing but the order of independent work."""
+    rng = np.random.default_rng(seed)
+    io = rng.integers(0, 2**32, (64, 4), dtype=np.uint64).astype(np.uint32)
+    io[:, 0] = np.arange(64)                       # make the branches depend on the thread
+    alone = io.copy()
+    ptx = _cfg_ptx(lines)
+    launch(ptx, "cfg", grid=(1,), block=(64,), args=[io, fuel])
+    launch(ptx, "cfg", grid=(64,), block=(1,), args=[alone, fuel])
+    np.testing.assert_array_equal(io, alone)
+    if shutil.which("ptxas"):
+        r = subprocess.run(["ptxas", "-arch=sm_80", "-o", "/dev/null", "-"], input=ptx, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+
+def test_ctas_writing_each_others_output_is_a_race():
+    out = np.zeros(4 * 32, np.uint32)
+    launch(K.OVERLAP, "overlap", grid=(4,), block=(32,), args=[out, 32])
+    np.testing.assert_array_equal(out, np.repeat(np.arange(4), 32))
+    with pytest.raises(SimulationError, match=r"CTA \(1, 0, 0\).*global-memory race: overwrites what another CTA "
+                                              r"wrote since the launch began"):
+        launch(K.OVERLAP, "overlap", grid=(4,), block=(32,), args=[out, 31])

@@ -66,6 +66,10 @@ class GemmEmitter:
         self.ta = _Tile(self.bm, self.bk, es, _vec_bytes(*a_rows), T)
         self.tb = (_Tile(self.bk, self.bn, es, _vec_bytes(*b_rows), T) if con.b_kmajor
                    else _Tile(self.bn, self.bk, es, _vec_bytes(*b_rows), T))
+        # bounds that hold by construction need no check: a size that is a multiple of its tile
+        self.m_exact = con.m % self.bm == 0
+        self.n_exact = con.n % self.bn == 0
+        self.k_exact = con.k % self.bk == 0 or bool(conv is not None and sched.REORDER_INNER)
         self.stage_bytes = self.ta.bytes + self.tb.bytes
         self.shared_bytes = sched.stages * self.stage_bytes
         out_elems = con.m * con.n
@@ -83,9 +87,8 @@ class GemmEmitter:
         return r
 
     def op3(self, opcode, a, b) -> Reg:
-        t = opcode.split(".")[-1]
-        r = self.k.reg({"u32": "u32", "s32": "s32", "u64": "u64", "f32": "f32", "b32": "b32", "pred": "pred"}[t]
-                       if t in ("u32", "s32", "u64", "f32", "b32", "pred") else "u32")
+        """A fresh register of the opcode's type holding `opcode a, b`."""
+        r = self.k.reg(opcode.split(".")[-1])
         self.k.ins(opcode, r, a, b)
         return r
 
@@ -98,6 +101,18 @@ class GemmEmitter:
         p = self.k.reg("pred")
         self.k.ins(f"setp.{cmp}.{typ}", p, a, b)
         return p
+
+    def below(self, x, bound: int, exact: bool):
+        """The predicate x < bound, or None where it always holds."""
+        return None if exact else self.pred("lt", x, bound)
+
+    def select(self, x, otherwise, ok):
+        """ok ? x : otherwise (x itself where ok always holds)."""
+        if ok is None:
+            return x
+        r = self.k.reg("u32")
+        self.k.ins("selp.u32", r, x, otherwise, ok)
+        return r
 
     def pand(self, a, b) -> Reg:
         if a is None:
@@ -117,6 +132,7 @@ class GemmEmitter:
     # ------------------------------------------------------------------ the kernel
     def emit(self) -> str:
         k, s, c = self.k, self.s, self.c
+        k.maxntid = s.threads
         k.comment(f"{'conv' if c.conv else 'gemm'} M={c.m} N={c.n} K={c.k} {c.dtype}->{c.out_dtype} "
                   f"knobs {s.knobs()} BM={self.bm} BN={self.bn} BK={self.bk}")
         self.ptrs = {}
@@ -171,22 +187,20 @@ class GemmEmitter:
                     self._a_rows(ch)
                 elif c.b_kmajor:      # B rows are k: the column is n
                     n = self.op3("add.u32", self.n0, col_e)
-                    ch["ok"] = self.pand(live, self.pred("lt", n, c.n))
+                    ch["ok"] = self.pand(live, self.below(n, c.n, self.n_exact))
                     ch["base"] = self.wide(self.ptrs[c.b], self.op3("mul.lo.u32", n, self.es))
                 else:                 # B rows are n
                     n = self.op3("add.u32", self.n0, row)
-                    ch["ok"] = self.pand(live, self.pred("lt", n, c.n))
-                    nc = self.k.reg("u32")
-                    k.ins("selp.u32", nc, n, 0, ch["ok"])
+                    ch["ok"] = self.pand(live, self.below(n, c.n, self.n_exact))
+                    nc = self.select(n, 0, ch["ok"])
                     ch["base"] = self.wide(self.ptrs[c.b], self.op3("mul.lo.u32", nc, c.k * self.es))
                 out.append(ch)
 
     def _a_rows(self, ch):
         k, c = self.k, self.c
         m = self.op3("add.u32", self.m0, ch["row"])
-        ok = self.pand(ch["live"], self.pred("lt", m, c.m))
-        mc = self.k.reg("u32")
-        k.ins("selp.u32", mc, m, 0, ok)        # rows past M read row 0 (and are zero-filled)
+        ok = self.pand(ch["live"], self.below(m, c.m, self.m_exact))
+        mc = self.select(m, 0, ok)             # rows past M read row 0 (and are zero-filled)
         ch["ok"] = ok
         g = c.conv
         if g is None:
@@ -216,9 +230,8 @@ class GemmEmitter:
         k = self.k
         dst = self.op3("add.u32", stage_off, ch["soff"])
         live = ch["live"]            # the thread's last chunk may lie past the tile: no copy at all
-        if tile.vec >= 4:
-            size = self.k.reg("u32")
-            k.ins("selp.u32", size, tile.vec, 0, ok)
+        if tile.vec >= 4:             # zero-fill what is out of bounds (src-size 0)
+            size = None if ok is None else self.select(tile.vec, 0, ok)
             k.cp_async(Addr(dst), Addr(gaddr), tile.vec, src_size=size, pred=live)
             return
         t = {1: "u8", 2: "u16"}[tile.vec]
@@ -237,9 +250,8 @@ class GemmEmitter:
         for ch in self.a_chunks:
             kk = self.op3("add.u32", k0, ch["col_e"])
             if c.conv is None:
-                ok = self.pand(ch["ok"], self.pred("lt", kk, c.k))
-                off = self.k.reg("u32")
-                k.ins("selp.u32", off, self.op3("mul.lo.u32", kk, self.es), 0, ok)
+                ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
+                off = self.select(self.op3("mul.lo.u32", kk, self.es), 0, ok)
             else:
                 ok, off = self._conv_a_offset(ch, kk)
             self._copy(self.ta, ch, base, self.wide(ch["base"], off), ok)
@@ -247,20 +259,18 @@ class GemmEmitter:
         for ch in self.b_chunks:
             if c.b_kmajor:
                 kk = self.op3("add.u32", k0, ch["row"])
-                ok = self.pand(ch["ok"], self.pred("lt", kk, c.k))
-                off = self.k.reg("u32")
-                k.ins("selp.u32", off, self.op3("mul.lo.u32", kk, c.n * self.es), 0, ok)
+                ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
+                off = self.select(self.op3("mul.lo.u32", kk, c.n * self.es), 0, ok)
             else:
                 kk = self.op3("add.u32", k0, ch["col_e"])
-                ok = self.pand(ch["ok"], self.pred("lt", kk, c.k))
-                off = self.k.reg("u32")
-                k.ins("selp.u32", off, self.op3("mul.lo.u32", kk, self.es), 0, ok)
+                ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
+                off = self.select(self.op3("mul.lo.u32", kk, self.es), 0, ok)
             self._copy(self.tb, ch, b_base, self.wide(ch["base"], off), ok)
 
     def _conv_a_offset(self, ch, kk: Reg):
         """Bounds and byte offset of input element (ih0 + r, iw0 + s, c) for reduction index kk."""
         k, g, c = self.k, self.c.conv, self.c
-        ok = ch["ok"] if self.s.REORDER_INNER else self.pand(ch["ok"], self.pred("lt", kk, c.k))
+        ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
         ci = self.op3("rem.u32", kk, g.c)
         rs = self.op3("div.u32", kk, g.c)
         r = self.op3("div.u32", rs, g.s)
@@ -271,9 +281,7 @@ class GemmEmitter:
         ok = self.pand(ok, self.pred("lt", iw, g.w))
         pix = self.mad(ih, g.w, iw)
         elem = self.mad(pix, g.c, ci)
-        off = self.k.reg("u32")
-        k.ins("selp.u32", off, self.op3("mul.lo.u32", elem, self.es), 0, ok)
-        return ok, off
+        return ok, self.select(self.op3("mul.lo.u32", elem, self.es), 0, ok)
 
     # ------------------------------------------------------------------ shared -> fragments -> mma
     def _fragment_setup(self):
@@ -400,14 +408,14 @@ class GemmEmitter:
         pair = c.n % 2 == 0           # col is even: both elements in bounds or neither
         for jj in range(2 * s.WARP_COL_TILES):
             col = self.op3("add.u32", col0, jj * 8)
-            cok = [self.pred("lt", col, c.n), self.pred("lt", col, c.n - 1)]
+            cok = [self.below(col, c.n, self.n_exact), self.below(col, c.n - 1, self.n_exact)]
             loads = {}
             for ld in bias_loads(c.init, c.post):
                 loads[ld] = [self._load_vec(ld, col, e, cok[e]) for e in range(2)]
             for i in range(s.WARP_ROW_TILES):
                 for h in range(2):
                     row = self.op3("add.u32", row0, i * 16 + 8 * h)
-                    rok = self.pred("lt", row, c.m)
+                    rok = self.below(row, c.m, self.m_exact)
                     vals = [self._value(self.acc[i][jj][2 * h + e], ot, {ld: v[e] for ld, v in loads.items()})
                             for e in range(2)]
                     addr = self.wide(out, self.mad(row, c.n * osz, self.op3("mul.lo.u32", col, osz)))

@@ -2,6 +2,7 @@
 
     k = compile_ptx(tree, "sm_90", schedule)
     k.ptx, k.compile_ms, k.flops, k.grid, k.block, k.shared_bytes
+    print(k.schedule_text())   the loop nest with its grid / warp / tensorize bindings
     k(A, B, C)            numpy arrays (copied to and from the GPU) or device arrays
                           (`__cuda_array_interface__`, e.g. torch CUDA tensors: zero copy)
     k.simulate(A, B, C)   the SIMT reference interpreter: no GPU needed (a test oracle, slow)
@@ -35,6 +36,11 @@ class PtxKernel(KernelBase):
     def asm(self) -> str:
         return self.ptx
 
+    def schedule_text(self) -> str:
+        """The loop nest this kernel runs, each loop with its binding (grid, warp, tensorize)."""
+        from .describe import schedule_text
+        return schedule_text(self)
+
     # -- the GPU
     def function(self):
         """The loaded CUDA function (the driver JIT-compiles the PTX on first use)."""
@@ -44,7 +50,8 @@ class PtxKernel(KernelBase):
         return self._function
 
     def __call__(self, *arrays) -> None:
-        if any(hasattr(a, "__cuda_array_interface__") for a in arrays):
+        from ...isa.ptx.driver import is_device_array
+        if any(is_device_array(a) for a in arrays):
             return self.launch(*arrays)
         self.check_arguments(arrays)
         self._execute(arrays)
@@ -68,7 +75,8 @@ class PtxKernel(KernelBase):
         driver.launch(self.function(), self.grid, self.block, self.shared_bytes, ptrs, stream)
 
     def benchmark(self, *arrays, runs: int = 10, warmup: int = 1, min_seconds: float = 0.0) -> float:
-        """TFLOPS-scale GFLOPS measured with CUDA events on device-resident arguments."""
+        """GFLOPS of the best of `runs` launches, timed with CUDA events on device-resident copies
+        of the arguments (random ones when none are given)."""
         from ...isa.ptx import driver
         if not arrays:
             arrays = self.random_arguments()

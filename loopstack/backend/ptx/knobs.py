@@ -29,6 +29,7 @@ KNOB_VALUES = {
 }
 MAX_WARPS = 16                 # 512 threads: leaves registers for the accumulators
 MAX_ACC_REGS = 128             # accumulator registers per thread (255 in all)
+REGISTERS_PER_CTA = 65536      # the register file a CTA may use (sm_80, sm_90)
 SHARED_LIMIT = {"sm_80": 163 * 1024, "sm_90": 227 * 1024}   # dynamic shared memory per CTA
 SMEM_PAD = 16                  # bytes after each shared row: ldmatrix rows fall in distinct banks
 
@@ -90,6 +91,11 @@ class GpuSchedule:
         if acc > MAX_ACC_REGS:
             raise ScheduleError(f"knobs WARP_ROW_TILES*WARP_COL_TILES = {acc // 8} tiles hold {acc} accumulator "
                                 f"registers per thread: at most {MAX_ACC_REGS}")
+        budget = min(255, REGISTERS_PER_CTA // self.threads)
+        if acc + 32 > budget:        # fragments and addresses need about 32 more
+            raise ScheduleError(f"knobs WARP_ROW_TILES*WARP_COL_TILES = {acc // 8} tiles ({acc} accumulator registers) "
+                                f"with BLK_ROW_WARPS*BLK_COL_WARPS = {self.warps} warps: {self.threads} threads get "
+                                f"{budget} registers each")
         if mma is not None:
             need, limit = self.shared_bytes(mma, b_kmajor), SHARED_LIMIT.get(target, SHARED_LIMIT["sm_80"])
             if need > limit:

@@ -280,6 +280,7 @@ class KernelBuilder:
         self.body: list[str] = []
         self.shared: list[str] = []
         self.labels = 0
+        self.maxntid: int | None = None     # .maxntid: ptxas keeps registers within what fits
 
     # -- declarations
     def param(self, type_: str, name: str) -> str:
@@ -400,4 +401,5 @@ class KernelBuilder:
         return "\n".join([
             f".version {self.version}", f".target {self.target}", ".address_size 64", "",
             *self.shared, "",
-            f".visible .entry {self.name}(", params, ")", "{", *decls, *self.body, "}", ""])
+            f".visible .entry {self.name}(", params, ")",
+            *([f".maxntid {self.maxntid}, 1, 1"] if self.maxntid else []), "{", *decls, *self.body, "}", ""])

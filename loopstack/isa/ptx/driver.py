@@ -250,7 +250,8 @@ class DeviceArray:
         a = np.ascontiguousarray(a)
         dev = cls(a.shape, a.dtype)
         d = driver()
-        d.check("cuMemcpyHtoD_v2", d.lib.cuMemcpyHtoD_v2(dev.ptr, d.ffi.from_buffer(a), a.nbytes))
+        # as bytes: the buffer protocol does not export every dtype (ml_dtypes' bfloat16)
+        d.check("cuMemcpyHtoD_v2", d.lib.cuMemcpyHtoD_v2(dev.ptr, d.ffi.from_buffer(_bytes(a)), a.nbytes))
         return dev
 
     def copy_to_host(self, out: np.ndarray | None = None) -> np.ndarray:
@@ -259,7 +260,7 @@ class DeviceArray:
         if out.nbytes != self.nbytes or not out.flags.c_contiguous or not out.flags.writeable:
             raise ArgumentError(f"copy_to_host: a writable C-contiguous array of {self.nbytes} bytes is needed")
         d = driver()
-        d.check("cuMemcpyDtoH_v2", d.lib.cuMemcpyDtoH_v2(d.ffi.from_buffer(out, require_writable=True),
+        d.check("cuMemcpyDtoH_v2", d.lib.cuMemcpyDtoH_v2(d.ffi.from_buffer(_bytes(out), require_writable=True),
                                                          self.ptr, self.nbytes))
         return out
 
@@ -280,9 +281,22 @@ class DeviceArray:
                 pass
 
 
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+def is_device_array(obj) -> bool:
+    """Whether `obj`'s type offers `__cuda_array_interface__` (without evaluating it)."""
+    return getattr(type(obj), "__cuda_array_interface__", None) is not None
+
+
 def device_pointer(obj, name: str, dtype, shape, is_output: bool) -> int:
     """The device pointer of an argument, after checking its `__cuda_array_interface__`."""
-    cai = getattr(obj, "__cuda_array_interface__", None)
+    try:
+        cai = getattr(obj, "__cuda_array_interface__", None)
+    except Exception as e:          # torch has no typestr for bfloat16
+        raise ArgumentError(f"argument {name}: its __cuda_array_interface__ failed ({e}); pass a bfloat16 "
+                            "tensor as its 16-bit integer view (t.view(torch.int16))") from None
     if cai is None:
         raise ArgumentError(f"argument {name}: a device array (with __cuda_array_interface__) is needed, "
                             f"not {type(obj).__name__}")

@@ -83,6 +83,27 @@ class MmaShape:
         """The instruction's full name, e.g. mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32."""
         return f"mma.sync.aligned.{self.shape}.row.col.{self.acc}.{self.ab}.{self.ab}.{self.acc}"
 
+    @property
+    def dtypes(self) -> tuple[str, str]:
+        """numpy dtype names of the A/B elements and of the accumulator."""
+        ab = {v: k for k, v in _BY_DTYPE.items()}[self.ab]
+        return ab, {"f32": "float32", "s32": "int32"}[self.acc]
+
+    def description(self):
+        """The instruction's semantics as a loopstack program (UNIT's tensor-instruction
+        description): D[m, n] = C[m, n] + sum_k A[m, k] * B[k, n] over one m x n x k tile,
+        accumulating in the accumulator's type.  Arguments: A, B, C, then D."""
+        from ...looptree.ir import Binary, Buffer, Compute, Load, Loop, LoopTree
+        from ...looptree.builders import access
+        ab, acc = self.dtypes
+        bufs = (Buffer("A", ab, (self.m, self.k), "input"), Buffer("B", ab, (self.k, self.n), "input"),
+                Buffer("C", acc, (self.m, self.n), "input"), Buffer("D", acc, (self.m, self.n), "output"))
+        stmt = Compute("D", access("D", "m", "n"),
+                       Binary("mul", Load(access("A", "m", "k")), Load(access("B", "k", "n"))),
+                       reduce="add", init=Load(access("C", "m", "n")))
+        body = (Loop("m", "m", 1, (Loop("n", "n", 1, (Loop("k", "k", 1, (stmt,)),)),)),)
+        return LoopTree(bufs, (("m", self.m), ("n", self.n), ("k", self.k)), body)
+
     def __post_init__(self):
         # every (lane, i) must land on a distinct element of each tile, covering it exactly
         for op, (rows, cols) in (("a", (self.m, self.k)), ("b", (self.k, self.n)), ("c", (self.m, self.n))):
@@ -91,6 +112,8 @@ class MmaShape:
                 raise ValueError(f"MmaShape {self.shape}.{self.ab}: the {op} layout does not tile {rows}x{cols}")
 
 
+# the registry of tensor-core instructions: each row its semantics (`description()`), its
+# operand layouts, and the PTX the emitter writes for it
 MMA_SHAPES: tuple[MmaShape, ...] = (
     MmaShape("m16n8k16", "f16", "f32", 16, 8, 16, (4, 2, 4), _f16_a, _f16_b, _acc),
     MmaShape("m16n8k16", "bf16", "f32", 16, 8, 16, (4, 2, 4), _f16_a, _f16_b, _acc),

@@ -43,6 +43,21 @@ def merge(modules: list[str]) -> str:
 
 def assemble(modules: list[str] | str, arch: str) -> float:
     """Assemble for `arch` (sm_80, sm_90); the seconds ptxas took."""
+    return _run(modules, arch, [])[0]
+
+
+_PROPS = re.compile(r"Compiling entry function '(\w+)'.*?(\d+) bytes spill stores, (\d+) bytes spill loads.*?"
+                    r"Used (\d+) registers", re.S)
+
+
+def resources(modules: list[str] | str, arch: str) -> dict:
+    """Per entry (named as in `merge`): registers and spill bytes, from `ptxas -v`."""
+    log = _run(modules, arch, ["-v"])[1]
+    return {m.group(1): {"registers": int(m.group(4)), "spill_stores": int(m.group(2)),
+                         "spill_loads": int(m.group(3))} for m in _PROPS.finditer(log)}
+
+
+def _run(modules, arch: str, flags: list) -> tuple[float, str]:
     exe = ptxas_path()
     if exe is None:
         raise UnsupportedError("ptxas is not on the PATH")
@@ -52,8 +67,8 @@ def assemble(modules: list[str] | str, arch: str) -> float:
         with open(src, "w") as f:
             f.write(text)
         t0 = time.perf_counter()
-        r = subprocess.run([exe, f"-arch={arch}", "-o", os.devnull, src], capture_output=True, text=True)
+        r = subprocess.run([exe, *flags, f"-arch={arch}", "-o", os.devnull, src], capture_output=True, text=True)
         took = time.perf_counter() - t0
     if r.returncode != 0:
         raise EncodingError(f"ptxas -arch={arch} rejected the PTX:\n{r.stderr.strip()}")
-    return took
+    return took, r.stdout + r.stderr

@@ -32,13 +32,15 @@ def launch(ptx: str, entry: str, grid=(1, 1, 1), block=(1, 1, 1), args=(), dynam
     `args` follow the entry's `.param` list: numpy arrays for pointer (.u64) parameters, placed in
     a simulated global memory and updated in place after the run; Python ints/floats for scalar
     parameters, typed by their declaration.  `max_steps` bounds the instructions one CTA executes.
+    Returns the number of instructions executed, counting once each group of threads that ran
+    one together (a converged CTA counts one per instruction).
     """
     module = parse(ptx)
     if entry not in module.entries:
         raise ArgumentError(f"no entry {entry!r} in the PTX module (it has: {', '.join(module.entries) or 'none'})")
     kernel = BoundKernel(module, module.entries[entry], _dim3(grid, "grid"), _dim3(block, "block"),
                          list(args), int(dynamic_shared_bytes))
-    kernel.run(max_steps)
+    return kernel.run(max_steps)
 
 
 __all__ = ["launch", "parse"]

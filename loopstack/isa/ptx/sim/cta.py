@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import ArgumentError, SimulationError
-from . import async_copy, warp  # noqa: F401  (register their builders)
+from . import access, arith, async_copy, convert, warp  # noqa: F401  (they register their builders)
 from .memory import Fault, GlobalMemory, SharedMemory, ByteSpace
 from .numeric import TYPES, storage_dtype
 from .operands import Operands
@@ -148,20 +148,25 @@ class BoundKernel:
         return Op("op", build(instr, self), guard, None, instr)
 
     # -- run
-    def run(self, max_steps=DEFAULT_MAX_STEPS):
+    def run(self, max_steps=DEFAULT_MAX_STEPS) -> int:
+        """Run every CTA of the grid; returns the instructions executed (one per group of threads
+        stepped together)."""
         gx, gy, gz = self.grid
+        total = 0
         with np.errstate(all="ignore"):
             for z in range(gz):
                 for y in range(gy):
                     for x in range(gx):
                         self.ctaid = (x, y, z)
+                        self.globals.cta = x + gx * (y + gy * z)
                         for axis, v in zip("xyz", (x, y, z)):
                             self.specials[f"%ctaid.{axis}"].fill(v)
                         self.shared.reset()
                         self.copies.reset()
-                        self._run_cta(max_steps)
+                        total += self._run_cta(max_steps)
         for original, work in self._writeback:
             original[...] = work
+        return total
 
     def _run_cta(self, max_steps):
         n, prog, end = self.n, self.prog, len(self.prog)
@@ -175,10 +180,10 @@ class BoundKernel:
                 runnable = live & ~waiting
                 if not runnable.any():
                     if not live.any():
-                        return
+                        return steps
                     self._release_barrier(live, waiting)
                     waiting[:] = False
-                    self.shared.hazards.barrier()
+                    self.shared.hazards.clear()
                     runnable = live.copy()
                 pc = int(pcs[runnable].min())
                 mask = runnable & (pcs == pc)
@@ -186,7 +191,7 @@ class BoundKernel:
             if pc >= end:                      # ran off the end: an implicit exit
                 live &= ~mask
                 if not live.any():
-                    return
+                    return steps
                 uniform = False
                 continue
             steps += 1
@@ -213,6 +218,10 @@ class BoundKernel:
                 elif not eff.any():
                     pc += 1
                 else:
+                    if "uni" in op.instr.mods:     # .uni promises the branch does not diverge
+                        lane = int(np.argmax(rest))
+                        raise SimulationError(f"{op.instr.where()}: bra.uni diverges: {self.describe(lane)} "
+                                              f"does not take it while others do")
                     pcs[eff] = op.target
                     pcs[rest] = pc + 1
                     uniform = False
@@ -222,7 +231,7 @@ class BoundKernel:
             elif kind == "exit":
                 live &= ~eff
                 if not live.any():
-                    return
+                    return steps
                 mask = mask & ~eff
                 pc += 1
                 pcs[mask] = pc
@@ -231,7 +240,7 @@ class BoundKernel:
             elif kind == "bar":
                 if uniform and rest is None and not waiting.any():
                     self._release_barrier(live, mask, op.instr)
-                    self.shared.hazards.barrier()
+                    self.shared.hazards.clear()
                     pc += 1
                     continue
                 waiting |= eff

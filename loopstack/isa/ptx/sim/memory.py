@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import SimulationError
-from .hazards import SharedHazards
+from .hazards import Hazards, SharedHazards
 
 # Global arrays are placed far above the shared window (which starts at 0), so that a shared
 # address used as a global one, or the reverse, faults instead of reading something.
@@ -32,6 +32,8 @@ class ByteSpace:
     """A flat byte space of one or more regions; `regions` are (base, uint8 array, label, writable)."""
 
     space = "memory"
+    cta_hazards = None   # per region, where accesses by different CTAs are checked (global memory)
+    cta = 0              # the linear index of the CTA running
 
     def __init__(self, regions):
         self.regions = sorted(regions, key=lambda r: r[0])
@@ -93,6 +95,9 @@ class ByteSpace:
             base, buf = self.regions[r][0], self.regions[r][1]
             idx = np.where(valid[sel], (addr[sel] - np.uint64(base)).astype(np.int64)[:, None] + step, 0)
             out[sel] = np.where(valid[sel], buf[idx], 0)
+            if self.cta_hazards:               # only the bytes read: a row per byte, its lane beside it
+                rows = np.repeat(np.asarray(lanes)[sel], valid[sel].sum(axis=1))
+                self.cta_hazards[r].read(fault, instr, rows, self.cta, idx[valid[sel]][:, None])
         return out
 
     def load(self, instr, fault, lanes, addr, size) -> np.ndarray:
@@ -104,8 +109,10 @@ class ByteSpace:
         for r in np.unique(region):
             sel = region == r
             base, buf = self.regions[r][0], self.regions[r][1]
-            off = (addr[sel] - np.uint64(base)).astype(np.int64)
-            out[sel] = buf[off[:, None] + step]
+            idx = (addr[sel] - np.uint64(base)).astype(np.int64)[:, None] + step
+            out[sel] = buf[idx]
+            if self.cta_hazards:
+                self.cta_hazards[r].read(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
         return out
 
     def store(self, instr, fault, lanes, addr, data: np.ndarray):
@@ -117,8 +124,10 @@ class ByteSpace:
         for r in np.unique(region):
             sel = region == r
             base, buf = self.regions[r][0], self.regions[r][1]
-            off = (addr[sel] - np.uint64(base)).astype(np.int64)
-            buf[off[:, None] + step] = data[sel]
+            idx = (addr[sel] - np.uint64(base)).astype(np.int64)[:, None] + step
+            if self.cta_hazards:
+                self.cta_hazards[r].write(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
+            buf[idx] = data[sel]
 
 
 class GlobalMemory(ByteSpace):
@@ -133,6 +142,7 @@ class GlobalMemory(ByteSpace):
             self.addresses.append(base)
             base += (buf.size + _GAP + 255) // 256 * 256
         super().__init__(regions)
+        self.cta_hazards = [Hazards(r[1].size, "global", "CTA", "the launch began", r[0]) for r in self.regions]
 
 
 class SharedMemory(ByteSpace):

@@ -106,33 +106,47 @@ def f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
     return np.where(fix, np.nextafter(f, np.where(x > back, np.float32(np.inf), np.float32(-np.inf))), f)
 
 
-def _toward_zero(rn_bits: np.ndarray, rn_value: np.ndarray, exact: np.ndarray) -> np.ndarray:
-    """Turn a round-to-nearest result into round-toward-zero: step its magnitude down one ulp
-    where it landed farther from zero than the exact value (sign-magnitude bit patterns)."""
-    over = (np.abs(rn_value.astype(np.float64)) > np.abs(exact)) & ~np.isnan(exact)
-    return np.where(over, rn_bits - rn_bits.dtype.type(1), rn_bits)
+def _directed(rn_bits: np.ndarray, rn_value: np.ndarray, exact: np.ndarray, mode: str) -> np.ndarray:
+    """Turn a round-to-nearest result into a directed rounding (rz, rm, rp): where the nearest
+    value lies on the wrong side of the exact one, step one ulp back.  On sign-magnitude bit
+    patterns a step toward zero is bits - 1, away from zero bits + 1; from a zero toward the
+    other sign it is the smallest subnormal of that sign."""
+    if mode == "rn":
+        return rn_bits
+    v = np.asarray(rn_value).astype(np.float64)
+    x = np.asarray(exact, dtype=np.float64)
+    one = rn_bits.dtype.type(1)
+    sign = rn_bits.dtype.type(1 << (8 * rn_bits.dtype.itemsize - 1))
+    valid = ~np.isnan(x) & ~np.isnan(v)
+    if mode == "rz":
+        over = valid & (np.abs(v) > np.abs(x))
+        return np.where(over, rn_bits - one, rn_bits)
+    down = mode == "rm"                            # toward -inf; else rp, toward +inf
+    wrong = valid & ((v > x) if down else (v < x))
+    toward_zero = (v > 0) if down else (v < 0)
+    at_zero = v == 0
+    stepped = np.where(at_zero, (sign | one) if down else one,
+                       np.where(toward_zero, rn_bits - one, rn_bits + one))
+    return np.where(wrong, stepped, rn_bits).astype(rn_bits.dtype)
 
 
 def round_to(x: np.ndarray, fmt: str, mode: str = "rn") -> np.ndarray:
     """float64 `x` (exact, or round-to-odd of the exact value) rounded to `fmt` ("f32", "f16",
-    "bf16", "f64"), returned as that format's value (f32, f16, f64) or bits (bf16)."""
+    "bf16", "f64") by `mode` (rn, rz, rm, rp), returned as that format's value (f32, f16, f64)
+    or bits (bf16).  f16 and bf16 NaN results are the canonical 0x7FFF."""
     x = np.asarray(x, dtype=np.float64)
     if fmt == "f64":
         return x
     if fmt == "f32":
         out = x.astype(np.float32)
-        if mode == "rz":
-            out = _toward_zero(out.view(np.uint32), out, x).view(np.float32)
-        return out
+        return _directed(out.view(np.uint32), out, x, mode).view(np.float32)
     if fmt == "f16":
         out = x.astype(np.float16)
-        if mode == "rz":
-            out = _toward_zero(out.view(np.uint16), out, x).view(np.float16)
+        out = _directed(out.view(np.uint16), out, x, mode).view(np.float16)
         return np.where(np.isnan(out), np.uint16(0x7FFF).view(np.float16), out)
     if fmt == "bf16":
         bits = f32_to_bf16(f64_to_f32_odd(x))
-        if mode == "rz":
-            bits = _toward_zero(bits, bf16_to_f32(bits), x)
+        bits = _directed(bits, bf16_to_f32(bits), x, mode)
         return np.where(np.isnan(x), np.uint16(0x7FFF), bits)
     raise ValueError(fmt)
 
@@ -178,3 +192,37 @@ def saturate_int(v: np.ndarray, t: PType) -> np.ndarray:
     """Clamp wide integers (int64 or float64 holding integers) to the range of integer type `t`."""
     info = np.iinfo(t.view)
     return np.clip(v, info.min, info.max).astype(t.view)
+
+
+# ---- operands of float types as float64, and back ------------------------------------------------
+
+def decode(t: PType, v):
+    """Operand bits/values of float type `t` -> float64 array (packed types: two per lane, low first)."""
+    v = np.asarray(v)
+    if t.kind == "f":
+        return v.astype(np.float64)
+    if t.kind == "bf":
+        return bf16_to_f32(v).astype(np.float64)
+    words = np.ascontiguousarray(np.atleast_1d(v), dtype=np.uint32)
+    if t.kind == "f16x2":
+        return words.view(np.float16).astype(np.float64)
+    if t.kind == "bf16x2":
+        return bf16_to_f32(words.view(np.uint16)).astype(np.float64)
+    raise ValueError(t.name)
+
+
+def encode(t: PType, x, mode="rn"):
+    """float64 (exact or round-to-odd) -> values/bits of float type `t`."""
+    if t.kind == "f":
+        return round_to(x, t.name, mode)
+    if t.kind == "bf":
+        return round_to(x, "bf16", mode)
+    if t.kind == "f16x2":
+        return np.ascontiguousarray(round_to(x, "f16", mode)).view(np.uint32)
+    if t.kind == "bf16x2":
+        return np.ascontiguousarray(round_to(x, "bf16", mode)).view(np.uint32)
+    raise ValueError(t.name)
+
+
+def element_format(t: PType) -> str:
+    return {"f16x2": "f16", "bf16x2": "bf16", "bf": "bf16"}.get(t.kind, t.name)

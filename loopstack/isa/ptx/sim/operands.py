@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import SimulationError
-from .numeric import SINT, UINT, PType, TYPES
-from .parse import Addr, Imm, Pair, Reg, Sink, Special, Sym, Vec
+from .numeric import SINT, UINT, PType, round_to
+from .parse import Addr, Imm, Reg, Sink, Special, Sym, Vec
 
 
 def parse_imm(instr, text: str, t: PType):
@@ -42,7 +42,6 @@ def parse_imm(instr, text: str, t: PType):
 
 
 def _float_imm(value, t: PType):
-    from .numeric import round_to
     if t.name in ("f32", "f64"):
         return t.view.type(value)
     if t.name == "f16":
@@ -152,5 +151,3 @@ class Operands:
             raise SimulationError(f"{instr.where()}: expected a {8 * size}-bit register, found {op}")
         return self.regs[op.name]
 
-
-__all__ = ["Operands", "parse_imm", "Pair", "TYPES"]

@@ -50,7 +50,7 @@ def _rounded(ref, dt):
     return ref if dt.kind == "i" else ref.astype(dt).astype(np.float64)
 
 
-@settings(max_examples=4)
+@settings(max_examples=8)
 @given(dtype=st.sampled_from(DTYPES), m=st.integers(1, 128), n=st.integers(1, 96), k=st.integers(1, 80),
        b_transposed=st.booleans(), sched=knobs, arch=st.sampled_from(["sm_80", "sm_90"]), seed=st.integers(0, 99))
 def test_gemm_matches_numpy(dtype, m, n, k, b_transposed, sched, arch, seed):
@@ -59,7 +59,18 @@ def test_gemm_matches_numpy(dtype, m, n, k, b_transposed, sched, arch, seed):
     _run(C, arrays, ref, GpuTarget(arch, sched), dtype, k)
 
 
-@settings(max_examples=3)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tile_multiples_need_no_bounds_checks(dtype):
+    """Sizes that are multiples of the tiles compile without predicates and still agree."""
+    sched = GpuSchedule(1, 2, 2, 1, 2, 0, 3)                       # 32 x 32 blocks, BK 32 or 64
+    C, arrays, ref = gemm(64, 96, 128, dtype, np.random.default_rng(5), bias=True, relu=True)
+    kern = lt.compile(C, target=GpuTarget("sm_90", sched))
+    copies = [ln for ln in kern.ptx.splitlines() if "cp.async." in ln and "shared.global" in ln]
+    assert copies and all(ln.endswith(", 16;") and "@" not in ln for ln in copies)   # no zero fill, no guard
+    _run(C, arrays, ref, GpuTarget("sm_90", sched), dtype, 128)
+
+
+@settings(max_examples=5)
 @given(dtype=st.sampled_from(DTYPES), m=st.integers(1, 80), n=st.integers(1, 64), k=st.integers(1, 64),
        relu=st.booleans(), scale=st.sampled_from([None, 0.25]), sched=knobs, seed=st.integers(0, 99))
 def test_gemm_epilogues_match_numpy(dtype, m, n, k, relu, scale, sched, seed):
@@ -70,7 +81,7 @@ def test_gemm_epilogues_match_numpy(dtype, m, n, k, relu, scale, sched, seed):
     _run(C, arrays, ref, GpuTarget("sm_90", sched), dtype, k)
 
 
-@settings(max_examples=4)
+@settings(max_examples=6)
 @given(dtype=st.sampled_from(DTYPES), batch=st.integers(1, 2), h=st.integers(3, 9),
        c=st.sampled_from([8, 16, 24, 32, 64]), kout=st.integers(1, 40), stride=st.sampled_from([1, 2]),
        pad=st.sampled_from([0, 1]), sched=knobs, seed=st.integers(0, 99))
@@ -86,7 +97,7 @@ def test_conv_matches_numpy(dtype, batch, h, c, kout, stride, pad, sched, seed):
 OUT_TYPES = {"float16": ["float32", "float16"], "bfloat16": ["float32", "bfloat16"], "int8": ["int32", "int8"]}
 
 
-@settings(max_examples=4)
+@settings(max_examples=6)
 @given(dtype=st.sampled_from(DTYPES), pick=st.integers(0, 1), m=st.integers(1, 70), n=st.integers(1, 70),
        k=st.integers(1, 70), bias=st.booleans(), post=st.sampled_from([None, "relu"]), sched=knobs,
        seed=st.integers(0, 99))
@@ -115,3 +126,24 @@ def test_output_types_and_epilogues_agree_with_the_loop_tree_interpreter(dtype, 
         want = np.maximum(ref, 0) if post else ref
     rtol, atol = _tolerance(dtype, k)
     np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=rtol, atol=atol)
+
+
+BIG_KNOBS = [
+    ("float16", "gemm", GpuSchedule()),                              # the default: 8 warps, 128 x 128
+    ("int8", "gemm-bT", GpuSchedule(1, 2, 4, 4, 4, 0, 4)),          # 64 x 128 warp tiles, 4 stages
+    ("bfloat16", "gemm", GpuSchedule(2, 1, 2, 4, 8, 1, 2)),         # CHUNK 8, grid walking M
+    ("float16", "conv", GpuSchedule(2, 2, 2, 2, 4, 1, 3)),
+    ("int8", "conv-s2", GpuSchedule(2, 1, 2, 1, 2, 1, 4)),
+]
+
+
+@pytest.mark.parametrize("dtype, what, sched", BIG_KNOBS, ids=[f"{d}-{w}" for d, w, _ in BIG_KNOBS])
+def test_large_knobs_agree(dtype, what, sched):
+    rng = np.random.default_rng(1)
+    if what.startswith("gemm"):
+        m, k = (70, 160) if dtype == "bfloat16" else (130, 96)           # bf16: K spans three CHUNK-8 steps
+        T, arrays, ref = gemm(m, 136, k, dtype, rng,
+                              b_transposed=what.endswith("bT"), bias=dtype != "int8", relu=True)
+    else:
+        T, arrays, ref = conv(2, 9, 64, 40, dtype, rng, stride=2 if what.endswith("s2") else 1)
+    _run(T, arrays, ref, GpuTarget("sm_90", sched), dtype, 576)

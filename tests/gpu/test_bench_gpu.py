@@ -1,0 +1,34 @@
+"""bench/gpu.py where no GPU is: a clear message and a failing status, or compile times only."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loopstack.isa.ptx import driver
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu.py"
+
+
+@pytest.mark.skipif(driver.available(), reason="this host has a CUDA driver and GPU")
+def test_without_a_gpu_the_benchmark_says_so():
+    r = subprocess.run([sys.executable, str(BENCH)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(BENCH.parents[1])})
+    assert r.returncode != 0
+    assert "no CUDA driver and GPU here" in r.stderr and "--compile-only" in r.stderr
+
+
+def test_the_records_are_numbers_beside_a_name(tmp_path, monkeypatch):
+    sys.path.insert(0, str(BENCH.parent))
+    import gpu as bench
+    monkeypatch.setattr(bench, "workloads", lambda: bench.workloads_small())
+    out = tmp_path / "gpu.json"
+    monkeypatch.setattr(sys, "argv", ["gpu.py", "--compile-only", "--json", str(out)])
+    bench.main()
+    records = json.loads(out.read_text())
+    assert [r["name"] for r in records] == ["GEMM-256-float16", "CONV-small"]
+    for r in records:
+        assert all(isinstance(v, (int, float)) for k, v in r.items() if k != "name")
+        assert r["compile_ms"] > 0 and r["predicted_tflops"] > 0
