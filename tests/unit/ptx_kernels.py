@@ -873,3 +873,10 @@ NC_AFTER_STORE = HEADER + """
     ret;
 }
 """
+
+# The ldmatrix kernel with a divergent branch before the collectives: odd lanes take a detour,
+# and the warp must be whole again at the ldmatrix.
+LDMATRIX_AFTER_DIVERGENCE = LDMATRIX.replace("entry ldmatrix(", "entry ldmatrix_diverged(").replace(
+    "    bar.sync 0;\n",
+    "    bar.sync 0;\n    and.b32 %r26, %r1, 1;\n    setp.eq.u32 %p1, %r26, 0;\n    @%p1 bra EVENS;\n"
+    "    add.u32 %r27, %r26, %r1;\nEVENS:\n")

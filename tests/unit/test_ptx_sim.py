@@ -788,3 +788,11 @@ def test_non_coherent_load_of_data_written_in_the_launch_raises():
     np.testing.assert_array_equal(out, check)
     with pytest.raises(SimulationError, match=r"ld.global.nc.u32 %r4.*non-coherent cache \(.nc\) a byte written"):
         launch(K.NC_AFTER_STORE, "nc_after_store", grid=(1,), block=(32,), args=[x, out, out])
+
+
+def test_a_warp_reconverges_before_a_collective():
+    assert "EVENS:" in K.LDMATRIX_AFTER_DIVERGENCE
+    m = np.random.default_rng(2).integers(0, 2**16, (4, 8, 8), dtype=np.uint16)
+    out = np.zeros(32 * 16, np.uint32)
+    launch(K.LDMATRIX_AFTER_DIVERGENCE, "ldmatrix_diverged", grid=(1,), block=(32,), args=[m, out])
+    np.testing.assert_array_equal(out.reshape(32, 16), _ldmatrix_reference(m))
