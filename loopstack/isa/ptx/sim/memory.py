@@ -100,8 +100,9 @@ class ByteSpace:
                 self.cta_hazards[r].read(fault, instr, rows, self.cta, idx[valid[sel]][:, None])
         return out
 
-    def load(self, instr, fault, lanes, addr, size) -> np.ndarray:
-        """`size` bytes at each address -> uint8 array (len(addr), size)."""
+    def load(self, instr, fault, lanes, addr, size, noncoherent=False) -> np.ndarray:
+        """`size` bytes at each address -> uint8 array (len(addr), size); `noncoherent`: through
+        the read-only cache (ld.global.nc), so none of the bytes may be written during the launch."""
         region = self._locate(instr, fault, lanes, addr, size, False)
         addr = np.asarray(addr, dtype=np.uint64)
         out = np.empty((len(addr), size), dtype=np.uint8)
@@ -112,6 +113,8 @@ class ByteSpace:
             idx = (addr[sel] - np.uint64(base)).astype(np.int64)[:, None] + step
             out[sel] = buf[idx]
             if self.cta_hazards:
+                if noncoherent:
+                    self.cta_hazards[r].unwritten(fault, instr, np.asarray(lanes)[sel], idx)
                 self.cta_hazards[r].read(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
         return out
 
@@ -163,7 +166,7 @@ class SharedMemory(ByteSpace):
     def _bytes(addr, size):
         return np.asarray(addr, dtype=np.uint64).astype(np.int64)[:, None] + np.arange(size, dtype=np.int64)
 
-    def load(self, instr, fault, lanes, addr, size) -> np.ndarray:
+    def load(self, instr, fault, lanes, addr, size, noncoherent=False) -> np.ndarray:
         self._locate(instr, fault, lanes, addr, size, False)
         idx = self._bytes(addr, size)
         self.hazards.read(fault, instr, lanes, idx)
