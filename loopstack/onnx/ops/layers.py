@@ -169,7 +169,7 @@ def _matmul(a: Dyn, b: Dyn, what: str) -> Dyn:
     if a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"{what}: inner extents differ: {tuple(a.shape)} x {tuple(b.shape)}")
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    m, n = a.shape[-2], b.shape[-1]
     # rename b's axes to a's where they meet: k always, batch axes by position
     mapping = {}
     taken = set(d for d in a.dims if d is not None)
@@ -388,21 +388,20 @@ def _softmax(ctx, X, axis, legacy, log):
     return binary("div", e, total, what)
 
 
-@converter("Softmax", 1, 11)
-def softmax_1(ctx, input, *, axis=1):  # noqa: A002
-    return _softmax(ctx, input, axis, True, False)
+def _register_softmax(op: str, log: bool) -> None:
+    """Before opset 13 the input is coerced to 2-D at `axis` (default 1): a reduction over
+    every axis from `axis` on; from 13 the reduction is over `axis` alone (default -1)."""
+    def legacy(ctx, input, *, axis=1):  # noqa: A002
+        return _softmax(ctx, input, axis, True, log)
+
+    def current(ctx, input, *, axis=-1):  # noqa: A002
+        return _softmax(ctx, input, axis, False, log)
+
+    name = "log_softmax" if log else "softmax"
+    legacy.__name__, current.__name__ = f"{name}_1", name
+    converter(op, 1, 11)(legacy)
+    converter(op, *versions(op, 13))(current)
 
 
-@converter("Softmax", *versions("Softmax", 13))
-def softmax(ctx, input, *, axis=-1):  # noqa: A002
-    return _softmax(ctx, input, axis, False, False)
-
-
-@converter("LogSoftmax", 1, 11)
-def log_softmax_1(ctx, input, *, axis=1):  # noqa: A002
-    return _softmax(ctx, input, axis, True, True)
-
-
-@converter("LogSoftmax", *versions("LogSoftmax", 13))
-def log_softmax(ctx, input, *, axis=-1):  # noqa: A002
-    return _softmax(ctx, input, axis, False, True)
+_register_softmax("Softmax", False)
+_register_softmax("LogSoftmax", True)

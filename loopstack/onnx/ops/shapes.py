@@ -68,8 +68,10 @@ def reshape(ctx, data, shape, *, allowzero=0):
 
 @converter("Flatten", *versions("Flatten", 1))
 def flatten(ctx, input, *, axis=1):  # noqa: A002
-    a = norm_axis(axis, input.ndim if is_const(input) else input.rank, "Flatten") if axis != len(input.shape) \
-        else axis
+    rank = len(input.shape)
+    a = axis + rank if axis < 0 else axis
+    if not 0 <= a <= rank:
+        raise ShapeError(f"Flatten: axis {axis} is out of range for rank {rank}")
     target = (int(np.prod(input.shape[:a])), int(np.prod(input.shape[a:])))
     return input.reshape(target) if is_const(input) else _regroup(ctx, input, target)
 
