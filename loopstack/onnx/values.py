@@ -26,12 +26,11 @@ from ..errors import ShapeError, UnsupportedError
 from ..frontend.symbols import Expr, Symbol
 from ..frontend.tensor import Tensor, as_tensor
 
-_fresh_count = [0]
-
-
 def fresh(name: str = "d") -> Symbol:
-    _fresh_count[0] += 1
-    return Symbol(f"{name}{_fresh_count[0]}")
+    """A new dimension. Its name is not numbered: the canonical graph numbers repeated names
+    by first appearance, so two layers built alike get equal graphs, whatever was imported
+    before (one compiled kernel for both, one tuning database entry)."""
+    return Symbol(name)
 
 
 @dataclass(eq=False)
