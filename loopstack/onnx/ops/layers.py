@@ -68,10 +68,13 @@ def _spatial(nsp, kernel, strides, pads, dilations, auto_pad, extents, what, cei
 
 def _windowed(ctx, x: Dyn, first: int, geo, taps, border=None):
     """x padded (or cropped) to exactly what its windows read, then viewed through them:
-    (tensor [.., outputs.., taps..], output symbols)."""
+    (tensor [.., outputs.., taps..], output symbols, the value viewed: x, or x stored anew
+    when it had to be cropped and padded, whose other axes are then named afresh)."""
     v = x
     for i, w in enumerate(geo):
         if w.end < 0:   # the last input rows are never read
+            if x.shape[first + i] + w.end < 1:
+                raise UnsupportedError(f"the windows along spatial axis {i} read only padding")
             v = slice_axis(v, first + i, 0, x.shape[first + i] + w.end, keep=True)
     if any(w.pb or w.end > 0 for w in geo):
         v = ctx.ready_to_pad(v, keep=tuple(range(first, first + len(geo))))
@@ -102,7 +105,7 @@ def _windowed(ctx, x: Dyn, first: int, geo, taps, border=None):
     view = t.to(*order, *[r for r in taps if r is not None], constraints=cons)
     for o, w in zip(outs, geo):
         declare(view, o, w.o, "window count")
-    return view, outs
+    return view, outs, v
 
 
 # ---------------------------------------------------------------------------- convolution
@@ -131,14 +134,14 @@ def conv(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kerne
     x = ctx.placeholder(xs.buffer, (N, g, CG, *sp), keep=sp_axes, layout=grouped) if xs.buffer else \
         const_dyn(np.asarray(X).reshape(N, g, CG, *sp), keep=sp_axes)
     w = const_dyn(W.reshape(g, KG, CG, *ks), "Conv weights", layout=(*range(3, 3 + nsp), 0, 2, 1))
+    taps = [w.dims[3 + i] for i in range(nsp)]
+    view, outs, x = _windowed(ctx, x, 3, geo, taps)
     # join the group and channel axes of x and the weights by name
     mapping = {}
     for wa, xa in ((0, 1), (2, 2)):
         if w.dims[wa] is not None:
             mapping[w.dims[wa]] = x.dims[xa]
     wt = w.t.to(*[mapping.get(s, s) for s in w.t.symbolic_shape])
-    taps = [w.dims[3 + i] for i in range(nsp)]
-    view, outs = _windowed(ctx, x, 3, geo, taps)
     red = [d for d in (x.dims[2], *taps) if d is not None]
     y = (view * wt).sum(*red) if red else view * wt
     dims = (x.dims[0], x.dims[1], w.dims[1], *outs)
@@ -157,6 +160,16 @@ def channels_last(rank: int) -> tuple:
 
 
 # ---------------------------------------------------------------------------- matrix products
+def _read_unit_batch_at_zero(v: Dyn, off: int, batch) -> object:
+    """v's tensor with the unit batch axes it names, which broadcast against longer ones of
+    the other operand, read at index 0."""
+    t = v.t
+    for i in range(v.rank - 2):
+        if v.dims[i] is not None and v.shape[i] == 1 and batch[off + i] != 1:
+            t = t[tuple(0 if s is v.dims[i] else s for s in t.symbolic_shape)]
+    return t
+
+
 def _matmul(a: Dyn, b: Dyn, what: str) -> Dyn:
     """a [..., m, k] x b [..., k, n] with numpy's batch broadcasting and 1-D promotion."""
     squeeze = []
@@ -189,17 +202,8 @@ def _matmul(a: Dyn, b: Dyn, what: str) -> Dyn:
             taken.add(sym)
         else:
             out_batch.append(None)
-    ta, tb = a.t, b.t
-    # operand unit axes named in the expression that broadcast against a longer one: index 0
-    for v, off, which in ((a, len(batch) - (a.rank - 2), "a"), (b, len(batch) - (b.rank - 2), "b")):
-        for i in range(v.rank - 2):
-            if v.dims[i] is not None and v.shape[i] == 1 and batch[off + i] != 1:
-                t = ta if which == "a" else tb
-                t = t[tuple(0 if s is v.dims[i] else s for s in t.symbolic_shape)]
-                if which == "a":
-                    ta = t
-                else:
-                    tb = t
+    ta = _read_unit_batch_at_zero(a, len(batch) - (a.rank - 2), batch)
+    tb = _read_unit_batch_at_zero(b, len(batch) - (b.rank - 2), batch)
     ka, kb = a.dims[-1], b.dims[-2]
     if kb is not None:
         mapping[kb] = ka
@@ -280,7 +284,7 @@ def max_pool(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_s
         m = const_dyn(border, "MaxPool border", keep=tuple(range(nsp)))
         return t + m.t.to(*syms)
 
-    view, outs = _windowed(ctx, x, 2, geo, taps, lowest_border)
+    view, outs, x = _windowed(ctx, x, 2, geo, taps, lowest_border)
     for r, k in zip(taps, kernel_shape):
         declare(view, r, k, "pooling window")
     y = view.max_reduce(*taps)
@@ -294,7 +298,7 @@ def average_pool(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0,
     geo = _spatial(nsp, list(kernel_shape), strides, pads, dilations, auto_pad, x.shape[2:], "AveragePool",
                    ceil_mode)
     taps = [fresh("r") for _ in range(nsp)]
-    view, outs = _windowed(ctx, x, 2, geo, taps)
+    view, outs, xv = _windowed(ctx, x, 2, geo, taps)
     for r, k in zip(taps, kernel_shape):
         declare(view, r, k, "pooling window")
     # the divisor per output position: the taps inside the input (or inside the explicit pads)
@@ -307,7 +311,7 @@ def average_pool(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0,
         counts = np.multiply.outer(counts, c)
     inv = const_dyn((1.0 / counts).astype(np.float32), "AveragePool divisors", keep=tuple(range(nsp)))
     y = view.sum(*taps) * inv.t.to(*outs)
-    return Dyn(y, (*x.dims[:2], *outs), (*x.shape[:2], *[w.o for w in geo]), x.ops, layout=x.layout)
+    return Dyn(y, (*xv.dims[:2], *outs), (*x.shape[:2], *[w.o for w in geo]), x.ops, layout=xv.layout)
 
 
 def _global(ctx, X, fn, what):
