@@ -409,3 +409,67 @@ def _register_softmax(op: str, log: bool) -> None:
 
 _register_softmax("Softmax", False)
 _register_softmax("LogSoftmax", True)
+
+
+# ---------------------------------------------------------------------------- more normalisations
+def _normalise(ctx, x: Dyn, axes, epsilon: float, what: str) -> Dyn:
+    """(x - mean) / sqrt(var + epsilon) over `axes`."""
+    _, d, var = _moments(ctx, x, axes)
+    return binary("mul", d, var.with_((var.t + float(epsilon)).sqrt().reciprocal()), what)
+
+
+def _per_channel(v, rank, what):
+    return const_dyn(_channel(v, rank), what)
+
+
+@converter("InstanceNormalization", *versions("InstanceNormalization", 6), const=(1, 2))
+def instance_norm(ctx, input, scale_, B, *, epsilon=1e-5):  # noqa: A002
+    x = ctx.ready(input)
+    y = _normalise(ctx, x, tuple(range(2, x.rank)), epsilon, "InstanceNormalization")
+    y = binary("mul", y, _per_channel(scale_, x.rank, "InstanceNormalization scale"), "InstanceNormalization")
+    return binary("add", y, _per_channel(B, x.rank, "InstanceNormalization bias"), "InstanceNormalization")
+
+
+@converter("MeanVarianceNormalization", *versions("MeanVarianceNormalization", 9))
+def mean_variance_norm(ctx, X, *, axes=(0, 2, 3)):
+    x = ctx.ready(X)
+    axes = tuple(sorted({norm_axis(a, x.rank, "MeanVarianceNormalization") for a in axes}))
+    return _normalise(ctx, x, axes, 1e-9, "MeanVarianceNormalization")
+
+
+@converter("RMSNormalization", *versions("RMSNormalization", 23))
+def rms_norm(ctx, X, scale_, *, axis=-1, epsilon=1e-5, stash_type=1):
+    x = ctx.ready(X)
+    a = norm_axis(axis, x.rank, "RMSNormalization")
+    axes = tuple(range(a, x.rank))
+    ms = scale(reduce(x.with_(x.t * x.t), axes, "add", True), 1.0 / math.prod(x.shape[i] for i in axes))
+    y = binary("mul", x, ms.with_((ms.t + float(epsilon)).sqrt().reciprocal()), "RMSNormalization")
+    return binary("mul", y, ctx.dyn(scale_, "RMSNormalization scale"), "RMSNormalization")
+
+
+@converter("LpNormalization", *versions("LpNormalization", 1))
+def lp_norm(ctx, input, *, axis=-1, p=2):  # noqa: A002
+    if p not in (1, 2):
+        raise UnsupportedError(f"LpNormalization p={p} (1 or 2)")
+    x = ctx.ready(input)
+    a = (norm_axis(axis, x.rank, "LpNormalization"),)
+    norm = reduce(x.with_(x.t.abs() if p == 1 else x.t * x.t), a, "add", True)
+    if p == 2:
+        norm = norm.with_(norm.t.sqrt())
+    # a zero norm has only zeros to divide: 0 / FLT_MIN is the 0 ONNX defines there, not 0 / 0
+    return binary("div", x, norm.with_(norm.t.max(1.1754943508222875e-38)), "LpNormalization")
+
+
+@converter("GroupNormalization", *versions("GroupNormalization", 21), const=(1, 2))
+def group_norm(ctx, X, scale_, bias, *, num_groups, epsilon=1e-5, stash_type=1):
+    from .shapes import _regroup
+
+    N, C, *sp = X.shape
+    g = int(num_groups)
+    if g < 1 or C % g:
+        raise ShapeError(f"GroupNormalization: {C} channels do not split into {g} groups")
+    x = _regroup(ctx, ctx.dyn(X), (N, g, C // g, *sp))
+    y = _normalise(ctx, x, tuple(range(2, x.rank)), epsilon, "GroupNormalization")
+    y = _regroup(ctx, y, (N, C, *sp))
+    y = binary("mul", y, _per_channel(scale_, y.rank, "GroupNormalization scale"), "GroupNormalization")
+    return binary("add", y, _per_channel(bias, y.rank, "GroupNormalization bias"), "GroupNormalization")
