@@ -107,3 +107,19 @@ def test_pooling(c, h, w, k, s, pad, ceil, op, include_pad, seed):
     if op == "AveragePool":
         attrs["count_include_pad"] = int(include_pad)
     _run_both([helper.make_node(op, ["x"], ["y"], **attrs)], {"x": x})
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(1, 2), st.integers(1, 3), st.integers(1, 3), st.lists(st.integers(1, 3), min_size=2, max_size=2),
+       st.lists(st.integers(1, 3), min_size=2, max_size=2), st.lists(st.integers(1, 2), min_size=2, max_size=2),
+       st.lists(st.integers(0, 1), min_size=4, max_size=4), st.lists(st.integers(2, 5), min_size=2, max_size=2),
+       st.booleans(), st.integers(0, 2 ** 16))
+def test_conv_transpose(groups, cg, kg, k, stride, dil, pads, hw, bias, seed):
+    rng = np.random.default_rng(seed)
+    pads = [min(p, (k[i % 2] - 1) * dil[i % 2]) for i, p in enumerate(pads)]
+    x = rng.standard_normal((1, groups * cg, *hw)).astype(np.float32)
+    w = rng.standard_normal((groups * cg, kg, *k)).astype(np.float32)
+    inits = [("w", w)] + ([("b", rng.standard_normal(groups * kg).astype(np.float32))] if bias else [])
+    node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"], kernel_shape=k,
+                            strides=stride, dilations=dil, pads=pads, group=groups)
+    _run_both([node], {"x": x}, inits)

@@ -34,7 +34,9 @@ class Window:
     end: int
 
 
-def _spatial(nsp, kernel, strides, pads, dilations, auto_pad, extents, what, ceil_mode=0) -> list:
+def _spatial(nsp, kernel, strides, pads, dilations, auto_pad, extents, what, ceil_mode=0,
+             crop: bool = False) -> list:
+    """The windows along each spatial axis; `crop` lets the end padding be negative."""
     strides = list(strides or [1] * nsp)
     dilations = list(dilations or [1] * nsp)
     if len(kernel) != nsp or len(strides) != nsp or len(dilations) != nsp:
@@ -59,7 +61,7 @@ def _spatial(nsp, kernel, strides, pads, dilations, auto_pad, extents, what, cei
                 o = (n + pb + pe - span) // s + 1
         else:
             raise UnsupportedError(f"{what}: auto_pad {auto_pad!r}")
-        if o < 1 or pb < 0 or pe < 0:
+        if o < 1 or pb < 0 or (pe < 0 and not crop):
             raise ShapeError(f"{what}: the window does not fit spatial axis {i} (extent {n}, span {span}, "
                              f"pads {pb}, {pe})")
         out.append(Window(pb, pe, s, d, k, o, (o - 1) * s + span - n - pb))
@@ -123,7 +125,15 @@ def conv(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kerne
     if C != CG * g or K % g:
         raise ShapeError(f"Conv: {C} input channels, {K} filters of {CG} channels and {g} groups do not agree")
     KG = K // g
-    geo = _spatial(nsp, ks, strides, pads, dilations, auto_pad, sp, "Conv")
+    return _convolve(ctx, X, W, B, g, _spatial(nsp, ks, strides, pads, dilations, auto_pad, sp, "Conv"))
+
+
+def _convolve(ctx, X, W, B, g: int, geo) -> Dyn:
+    """The convolution of X [N, C, spatial..] by W [K, C/g, taps..] in `g` groups over the
+    windows `geo`, plus the bias B."""
+    N, C, *sp = X.shape
+    K, CG, *ks = W.shape
+    nsp, KG = len(sp), K // g
     # activations channels-last (N, spatial.., C) in memory, the order loopstack's convolution
     # schedules are built for; the weights (spatial.., group, channel, filter) likewise
     last = channels_last(2 + nsp)
@@ -450,7 +460,7 @@ def rms_norm(ctx, X, scale_, *, axis=-1, epsilon=1e-5, stash_type=1):
 @converter("LpNormalization", *versions("LpNormalization", 1))
 def lp_norm(ctx, input, *, axis=-1, p=2):  # noqa: A002
     if p not in (1, 2):
-        raise UnsupportedError(f"LpNormalization p={p} (1 or 2)")
+        raise UnsupportedError(f"LpNormalization: p={p} is not supported (1 or 2)")
     x = ctx.ready(input)
     a = (norm_axis(axis, x.rank, "LpNormalization"),)
     norm = reduce(x.with_(x.t.abs() if p == 1 else x.t * x.t), a, "add", True)
@@ -473,3 +483,56 @@ def group_norm(ctx, X, scale_, bias, *, num_groups, epsilon=1e-5, stash_type=1):
     y = _regroup(ctx, y, (N, C, *sp))
     y = binary("mul", y, _per_channel(scale_, y.rank, "GroupNormalization scale"), "GroupNormalization")
     return binary("add", y, _per_channel(bias, y.rank, "GroupNormalization bias"), "GroupNormalization")
+
+
+@converter("ConvTranspose", *versions("ConvTranspose", 1), const=(1, 2))
+def conv_transpose(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                   output_padding=None, output_shape=None, pads=None, strides=None):
+    """A convolution of the input with zeros inserted between its elements (stride - 1 of them),
+    padded by the kernel's span less the pads, by the flipped kernel with its channel axes
+    swapped: Y[o] = sum over x, r with o = x*s + r*d - pad of X[x] W[r]."""
+    if not is_const(X) and len(X.shape) < 3:
+        raise ShapeError(f"ConvTranspose: input of rank {len(X.shape)}; expected N, C and spatial axes")
+    N, C, *sp = X.shape
+    Cw, KG, *ks = W.shape
+    nsp, g = len(sp), int(group)
+    if kernel_shape is not None and list(kernel_shape) != ks:
+        raise ShapeError(f"ConvTranspose: kernel_shape {list(kernel_shape)} differs from the weights' {ks}")
+    if Cw != C or C % g:
+        raise ShapeError(f"ConvTranspose: {C} input channels, weights for {Cw} and {g} groups do not agree")
+    if auto_pad not in ("NOTSET", "VALID"):
+        raise UnsupportedError(f"ConvTranspose: auto_pad {auto_pad!r} is not supported (pads are)")
+    if output_shape is not None:
+        raise UnsupportedError("ConvTranspose: output_shape is not supported (pads and output_padding are)")
+    strides = list(strides or [1] * nsp)
+    dil = list(dilations or [1] * nsp)
+    extra = list(output_padding or [0] * nsp)
+    pads = [0] * (2 * nsp) if auto_pad == "VALID" or pads is None else list(pads)
+    span = [(k - 1) * d for k, d in zip(ks, dil)]
+    before = [sp_ - p for sp_, p in zip(span, pads[:nsp])]
+    after = [sp_ - p + e - (s - 1) for sp_, p, e, s in zip(span, pads[nsp:], extra, strides)]
+    if any(b < 0 for b in before):
+        raise UnsupportedError("ConvTranspose: pads wider than the kernel's span are not supported")
+    # zeros between the elements: X read as [N, C, x, 1, ...] with each unit axis padded to the
+    # stride, then each (x, unit) pair flattened into one axis of x * stride
+    x = ctx.materialize(ctx.dyn(X), layout=tuple(range(2 + nsp)))
+    shape = (N, C, *[d for e in sp for d in (e, 1)])
+    units = tuple(3 + 2 * i for i in range(nsp))
+    v = ctx.placeholder(x.buffer, shape, keep=tuple(range(2, 2 + 2 * nsp)))
+    t = v.t
+    for a, s in zip(units, strides):
+        if s > 1:
+            at = list(t.symbolic_shape).index(v.dims[a])
+            t = t.pad(v.dims[a], 0, s - 1)
+            v.dims = v.dims[:a] + (t.symbolic_shape[at],) + v.dims[a + 1:]
+    dims = list(v.dims[:2])
+    for i in range(nsp):
+        pair = (v.dims[2 + 2 * i], v.dims[3 + 2 * i])
+        t = t.flatten(*pair)
+        dims.append(next(d for d in t.symbolic_shape if d not in dims and d not in v.dims))
+    zeros = Dyn(t, dims, (N, C, *[e * s for e, s in zip(sp, strides)]), x.ops)
+    # the flipped kernel, as a convolution's [K, C/g, taps..]
+    w = np.asarray(W, np.float32).reshape(g, C // g, KG, *ks).swapaxes(1, 2)
+    w = np.ascontiguousarray(np.flip(w, axis=tuple(range(3, 3 + nsp)))).reshape(g * KG, C // g, *ks)
+    geo = _spatial(nsp, ks, [1] * nsp, before + after, dil, "NOTSET", zeros.shape[2:], "ConvTranspose", crop=True)
+    return _convolve(ctx, zeros, w, B, g, geo)

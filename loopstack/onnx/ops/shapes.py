@@ -463,7 +463,7 @@ def depth_to_space(ctx, input, *, blocksize, mode="DCR"):  # noqa: A002
     elif mode == "CRD":
         first, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
     else:
-        raise UnsupportedError(f"DepthToSpace mode {mode!r}")
+        raise UnsupportedError(f"DepthToSpace: mode {mode!r} is not supported")
     return _reshape_transpose_reshape(ctx, input, first, perm, (n, c // (b * b), h * b, w * b))
 
 
