@@ -3,6 +3,7 @@
     loopstack run model.onnx                                  # seeded random inputs
     loopstack run model.onnx --input input=x.npy --output y.npz
     loopstack run model.onnx --bench                          # latency, per-layer table, onnxruntime beside
+    loopstack run model.onnx --tune 600                       # tune each distinct layer first
 
 Prints each output's shape and a few statistics; `--bench` times the model (median of
 `--runs` calls), prints the per-layer summary (schedule, GFLOPS, share of the time) and,
@@ -28,6 +29,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--runs", type=int, default=20, help="timed calls with --bench (the median counts)")
     parser.add_argument("--target", default=None, help="x86 target (default: the host's widest)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--tune", type=float, default=0, metavar="SECONDS",
+                        help="first tune each distinct layer, sharing this budget (into the tuning database)")
 
 
 def _pairs(items, what):
@@ -82,6 +85,10 @@ def run(args) -> int:
     from ..errors import ArgumentError
 
     shapes = {k: tuple(int(d) for d in v.split(",")) for k, v in _pairs(args.shape, "--shape").items()}
+    if args.tune > 0:
+        for r in lto.tune(args.model, budget_s=args.tune, target=args.target, input_shapes=shapes, progress=print):
+            if r.result is not None:
+                print(f"  {r.result.gflops:.1f} GFLOPS (default {r.result.default_gflops:.1f})")
     t0 = time.perf_counter()
     model = lto.compile(args.model, target=args.target, input_shapes=shapes)
     feeds = _load_inputs(args, model.net.inputs)

@@ -25,3 +25,12 @@ def compile(model, target=None, input_shapes=None, constants=None, passes=True):
     from .model import compile_model
 
     return compile_model(model, target=target, input_shapes=input_shapes, constants=constants, passes=passes)
+
+
+def tune(model, budget_s: float = 60, mapper: str = "scripted", cost_model: str = "measure", target=None,
+         input_shapes=None, progress=None):
+    """Tune each distinct layer program of a model once (see tuning.tune_model)."""
+    from .tuning import tune_model
+
+    return tune_model(model, budget_s=budget_s, mapper=mapper, cost_model=cost_model, target=target,
+                      input_shapes=input_shapes, progress=progress)

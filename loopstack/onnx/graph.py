@@ -11,7 +11,6 @@ one kernel; see values.py for where a value is materialized into a buffer.
 """
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -21,8 +20,6 @@ from ..errors import ArgumentError, LoopstackError, ShapeError, UnsupportedError
 from ..frontend.graph import toposort
 from .registry import lookup
 from .values import Dyn, const_dyn, is_const, placeholder
-
-log = logging.getLogger("loopstack.onnx")
 
 MAX_FUSED = 12     # ONNX nodes one lazy expression may gather before it is stored anyway
 
@@ -301,7 +298,7 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True) -> 
 def _convert(imp: Importer, conv, args, attrs) -> list:
     if conv.fold is not None and all(a is None or is_const(a) for a in args) and \
             any(a is not None for a in args):
-        res = conv.fold(*args, **attrs)
+        res = conv.fold_constants(args, attrs)
     else:
         res = conv(imp, args, attrs)
     res = list(res) if isinstance(res, (tuple, list)) else [res]

@@ -33,11 +33,19 @@ class Converter:
     attributes: frozenset           # attribute names the converter understands
     fold: object = None             # numpy function for all-constant inputs, or None
 
-    def __call__(self, ctx, inputs, attrs):
+    def _check(self, attrs) -> None:
         unknown = sorted(set(attrs) - self.attributes)
         if unknown:
             raise UnsupportedError(f"attribute {unknown[0]!r} of {self.op} is not supported")
+
+    def __call__(self, ctx, inputs, attrs):
+        self._check(attrs)
         return self.fn(ctx, *inputs, **attrs)
+
+    def fold_constants(self, inputs, attrs):
+        """The numpy form on all-constant inputs."""
+        self._check(attrs)
+        return self.fold(*inputs, **attrs)
 
 
 _REGISTRY: dict[tuple[str, str, int], Converter] = {}

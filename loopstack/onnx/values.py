@@ -22,16 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError, UnsupportedError
+from ..errors import ShapeError, UnsupportedError
 from ..frontend.symbols import Expr, Symbol
 from ..frontend.tensor import Tensor, as_tensor
 
-_fresh_count = [0]
-
-
 def fresh(name: str = "d") -> Symbol:
-    _fresh_count[0] += 1
-    return Symbol(f"{name}{_fresh_count[0]}")
+    """A new dimension. Its name is not numbered: the canonical graph numbers repeated names
+    by first appearance, so two layers built alike get equal graphs, whatever was imported
+    before (one compiled kernel for both, one tuning database entry)."""
+    return Symbol(name)
 
 
 @dataclass(eq=False)
@@ -199,18 +198,6 @@ def norm_axis(axis: int, rank: int, what: str) -> int:
     if not -rank <= axis < max(rank, 1):
         raise ShapeError(f"{what}: axis {axis} is out of range for rank {rank}")
     return axis % rank if rank else 0
-
-
-def dtype_of(x) -> np.dtype:
-    return x.dtype if is_const(x) else np.dtype(np.float32)
-
-
-def as_float_const(x, what: str) -> np.ndarray:
-    if not is_const(x):
-        raise UnsupportedError(f"{what} must be a constant")
-    if x.dtype.kind not in "fiu":
-        raise DTypeError(f"{what}: dtype {x.dtype} is not numeric")
-    return x
 
 
 def declare(t: Tensor, sym: Symbol, size: int, why: str) -> Tensor:

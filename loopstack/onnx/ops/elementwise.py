@@ -137,6 +137,9 @@ _register_unary("LeakyRelu", 6, lambda t, alpha: t.max(0.0) + t.min(0.0) * alpha
 _register_unary("Elu", 6, _elu, alpha=1.0)
 _register_unary("Selu", 6, lambda t, alpha, gamma: _elu(t, alpha) * gamma,
                 alpha=1.67326319217681884765625, gamma=1.05070102214813232421875)
+_register_unary("Mish", 18, lambda t: t * _softplus(t)._unary("tanh"))
+_register_unary("Celu", 12, lambda t, alpha: t.max(0.0) + (((t.min(0.0)) * (1.0 / alpha)).exp() - 1.0) * alpha,
+                alpha=1.0)
 _register_unary("HardSigmoid", 6, lambda t, alpha, beta: clamp01(t * alpha + beta), alpha=0.2, beta=0.5)
 
 

@@ -34,7 +34,9 @@ class Window:
     end: int
 
 
-def _spatial(nsp, kernel, strides, pads, dilations, auto_pad, extents, what, ceil_mode=0) -> list:
+def _spatial(nsp, kernel, strides, pads, dilations, auto_pad, extents, what, ceil_mode=0,
+             crop: bool = False) -> list:
+    """The windows along each spatial axis; `crop` lets the end padding be negative."""
     strides = list(strides or [1] * nsp)
     dilations = list(dilations or [1] * nsp)
     if len(kernel) != nsp or len(strides) != nsp or len(dilations) != nsp:
@@ -59,7 +61,7 @@ def _spatial(nsp, kernel, strides, pads, dilations, auto_pad, extents, what, cei
                 o = (n + pb + pe - span) // s + 1
         else:
             raise UnsupportedError(f"{what}: auto_pad {auto_pad!r}")
-        if o < 1 or pb < 0 or pe < 0:
+        if o < 1 or pb < 0 or (pe < 0 and not crop):
             raise ShapeError(f"{what}: the window does not fit spatial axis {i} (extent {n}, span {span}, "
                              f"pads {pb}, {pe})")
         out.append(Window(pb, pe, s, d, k, o, (o - 1) * s + span - n - pb))
@@ -68,10 +70,13 @@ def _spatial(nsp, kernel, strides, pads, dilations, auto_pad, extents, what, cei
 
 def _windowed(ctx, x: Dyn, first: int, geo, taps, border=None):
     """x padded (or cropped) to exactly what its windows read, then viewed through them:
-    (tensor [.., outputs.., taps..], output symbols)."""
+    (tensor [.., outputs.., taps..], output symbols, the value viewed: x, or x stored anew
+    when it had to be cropped and padded, whose other axes are then named afresh)."""
     v = x
     for i, w in enumerate(geo):
         if w.end < 0:   # the last input rows are never read
+            if x.shape[first + i] + w.end < 1:
+                raise UnsupportedError(f"the windows along spatial axis {i} read only padding")
             v = slice_axis(v, first + i, 0, x.shape[first + i] + w.end, keep=True)
     if any(w.pb or w.end > 0 for w in geo):
         v = ctx.ready_to_pad(v, keep=tuple(range(first, first + len(geo))))
@@ -102,7 +107,7 @@ def _windowed(ctx, x: Dyn, first: int, geo, taps, border=None):
     view = t.to(*order, *[r for r in taps if r is not None], constraints=cons)
     for o, w in zip(outs, geo):
         declare(view, o, w.o, "window count")
-    return view, outs
+    return view, outs, v
 
 
 # ---------------------------------------------------------------------------- convolution
@@ -120,7 +125,15 @@ def conv(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kerne
     if C != CG * g or K % g:
         raise ShapeError(f"Conv: {C} input channels, {K} filters of {CG} channels and {g} groups do not agree")
     KG = K // g
-    geo = _spatial(nsp, ks, strides, pads, dilations, auto_pad, sp, "Conv")
+    return _convolve(ctx, X, W, B, g, _spatial(nsp, ks, strides, pads, dilations, auto_pad, sp, "Conv"))
+
+
+def _convolve(ctx, X, W, B, g: int, geo) -> Dyn:
+    """The convolution of X [N, C, spatial..] by W [K, C/g, taps..] in `g` groups over the
+    windows `geo`, plus the bias B."""
+    N, C, *sp = X.shape
+    K, CG, *ks = W.shape
+    nsp, KG = len(sp), K // g
     # activations channels-last (N, spatial.., C) in memory, the order loopstack's convolution
     # schedules are built for; the weights (spatial.., group, channel, filter) likewise
     last = channels_last(2 + nsp)
@@ -131,14 +144,14 @@ def conv(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kerne
     x = ctx.placeholder(xs.buffer, (N, g, CG, *sp), keep=sp_axes, layout=grouped) if xs.buffer else \
         const_dyn(np.asarray(X).reshape(N, g, CG, *sp), keep=sp_axes)
     w = const_dyn(W.reshape(g, KG, CG, *ks), "Conv weights", layout=(*range(3, 3 + nsp), 0, 2, 1))
+    taps = [w.dims[3 + i] for i in range(nsp)]
+    view, outs, x = _windowed(ctx, x, 3, geo, taps)
     # join the group and channel axes of x and the weights by name
     mapping = {}
     for wa, xa in ((0, 1), (2, 2)):
         if w.dims[wa] is not None:
             mapping[w.dims[wa]] = x.dims[xa]
     wt = w.t.to(*[mapping.get(s, s) for s in w.t.symbolic_shape])
-    taps = [w.dims[3 + i] for i in range(nsp)]
-    view, outs = _windowed(ctx, x, 3, geo, taps)
     red = [d for d in (x.dims[2], *taps) if d is not None]
     y = (view * wt).sum(*red) if red else view * wt
     dims = (x.dims[0], x.dims[1], w.dims[1], *outs)
@@ -157,6 +170,16 @@ def channels_last(rank: int) -> tuple:
 
 
 # ---------------------------------------------------------------------------- matrix products
+def _read_unit_batch_at_zero(v: Dyn, off: int, batch) -> object:
+    """v's tensor with the unit batch axes it names, which broadcast against longer ones of
+    the other operand, read at index 0."""
+    t = v.t
+    for i in range(v.rank - 2):
+        if v.dims[i] is not None and v.shape[i] == 1 and batch[off + i] != 1:
+            t = t[tuple(0 if s is v.dims[i] else s for s in t.symbolic_shape)]
+    return t
+
+
 def _matmul(a: Dyn, b: Dyn, what: str) -> Dyn:
     """a [..., m, k] x b [..., k, n] with numpy's batch broadcasting and 1-D promotion."""
     squeeze = []
@@ -169,7 +192,7 @@ def _matmul(a: Dyn, b: Dyn, what: str) -> Dyn:
     if a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"{what}: inner extents differ: {tuple(a.shape)} x {tuple(b.shape)}")
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    m, n = a.shape[-2], b.shape[-1]
     # rename b's axes to a's where they meet: k always, batch axes by position
     mapping = {}
     taken = set(d for d in a.dims if d is not None)
@@ -189,17 +212,8 @@ def _matmul(a: Dyn, b: Dyn, what: str) -> Dyn:
             taken.add(sym)
         else:
             out_batch.append(None)
-    ta, tb = a.t, b.t
-    # operand unit axes named in the expression that broadcast against a longer one: index 0
-    for v, off, which in ((a, len(batch) - (a.rank - 2), "a"), (b, len(batch) - (b.rank - 2), "b")):
-        for i in range(v.rank - 2):
-            if v.dims[i] is not None and v.shape[i] == 1 and batch[off + i] != 1:
-                t = ta if which == "a" else tb
-                t = t[tuple(0 if s is v.dims[i] else s for s in t.symbolic_shape)]
-                if which == "a":
-                    ta = t
-                else:
-                    tb = t
+    ta = _read_unit_batch_at_zero(a, len(batch) - (a.rank - 2), batch)
+    tb = _read_unit_batch_at_zero(b, len(batch) - (b.rank - 2), batch)
     ka, kb = a.dims[-1], b.dims[-2]
     if kb is not None:
         mapping[kb] = ka
@@ -280,7 +294,7 @@ def max_pool(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_s
         m = const_dyn(border, "MaxPool border", keep=tuple(range(nsp)))
         return t + m.t.to(*syms)
 
-    view, outs = _windowed(ctx, x, 2, geo, taps, lowest_border)
+    view, outs, x = _windowed(ctx, x, 2, geo, taps, lowest_border)
     for r, k in zip(taps, kernel_shape):
         declare(view, r, k, "pooling window")
     y = view.max_reduce(*taps)
@@ -294,7 +308,7 @@ def average_pool(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0,
     geo = _spatial(nsp, list(kernel_shape), strides, pads, dilations, auto_pad, x.shape[2:], "AveragePool",
                    ceil_mode)
     taps = [fresh("r") for _ in range(nsp)]
-    view, outs = _windowed(ctx, x, 2, geo, taps)
+    view, outs, xv = _windowed(ctx, x, 2, geo, taps)
     for r, k in zip(taps, kernel_shape):
         declare(view, r, k, "pooling window")
     # the divisor per output position: the taps inside the input (or inside the explicit pads)
@@ -307,7 +321,7 @@ def average_pool(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0,
         counts = np.multiply.outer(counts, c)
     inv = const_dyn((1.0 / counts).astype(np.float32), "AveragePool divisors", keep=tuple(range(nsp)))
     y = view.sum(*taps) * inv.t.to(*outs)
-    return Dyn(y, (*x.dims[:2], *outs), (*x.shape[:2], *[w.o for w in geo]), x.ops, layout=x.layout)
+    return Dyn(y, (*xv.dims[:2], *outs), (*x.shape[:2], *[w.o for w in geo]), x.ops, layout=xv.layout)
 
 
 def _global(ctx, X, fn, what):
@@ -388,21 +402,137 @@ def _softmax(ctx, X, axis, legacy, log):
     return binary("div", e, total, what)
 
 
-@converter("Softmax", 1, 11)
-def softmax_1(ctx, input, *, axis=1):  # noqa: A002
-    return _softmax(ctx, input, axis, True, False)
+def _register_softmax(op: str, log: bool) -> None:
+    """Before opset 13 the input is coerced to 2-D at `axis` (default 1): a reduction over
+    every axis from `axis` on; from 13 the reduction is over `axis` alone (default -1)."""
+    def legacy(ctx, input, *, axis=1):  # noqa: A002
+        return _softmax(ctx, input, axis, True, log)
+
+    def current(ctx, input, *, axis=-1):  # noqa: A002
+        return _softmax(ctx, input, axis, False, log)
+
+    name = "log_softmax" if log else "softmax"
+    legacy.__name__, current.__name__ = f"{name}_1", name
+    converter(op, 1, 11)(legacy)
+    converter(op, *versions(op, 13))(current)
 
 
-@converter("Softmax", *versions("Softmax", 13))
-def softmax(ctx, input, *, axis=-1):  # noqa: A002
-    return _softmax(ctx, input, axis, False, False)
+_register_softmax("Softmax", False)
+_register_softmax("LogSoftmax", True)
 
 
-@converter("LogSoftmax", 1, 11)
-def log_softmax_1(ctx, input, *, axis=1):  # noqa: A002
-    return _softmax(ctx, input, axis, True, True)
+# ---------------------------------------------------------------------------- more normalisations
+def _normalise(ctx, x: Dyn, axes, epsilon: float, what: str) -> Dyn:
+    """(x - mean) / sqrt(var + epsilon) over `axes`."""
+    _, d, var = _moments(ctx, x, axes)
+    return binary("mul", d, var.with_((var.t + float(epsilon)).sqrt().reciprocal()), what)
 
 
-@converter("LogSoftmax", *versions("LogSoftmax", 13))
-def log_softmax(ctx, input, *, axis=-1):  # noqa: A002
-    return _softmax(ctx, input, axis, False, True)
+def _per_channel(v, rank, what):
+    return const_dyn(_channel(v, rank), what)
+
+
+@converter("InstanceNormalization", *versions("InstanceNormalization", 6), const=(1, 2))
+def instance_norm(ctx, input, scale_, B, *, epsilon=1e-5):  # noqa: A002
+    x = ctx.ready(input)
+    y = _normalise(ctx, x, tuple(range(2, x.rank)), epsilon, "InstanceNormalization")
+    y = binary("mul", y, _per_channel(scale_, x.rank, "InstanceNormalization scale"), "InstanceNormalization")
+    return binary("add", y, _per_channel(B, x.rank, "InstanceNormalization bias"), "InstanceNormalization")
+
+
+@converter("MeanVarianceNormalization", *versions("MeanVarianceNormalization", 9))
+def mean_variance_norm(ctx, X, *, axes=(0, 2, 3)):
+    x = ctx.ready(X)
+    axes = tuple(sorted({norm_axis(a, x.rank, "MeanVarianceNormalization") for a in axes}))
+    return _normalise(ctx, x, axes, 1e-9, "MeanVarianceNormalization")
+
+
+@converter("RMSNormalization", *versions("RMSNormalization", 23))
+def rms_norm(ctx, X, scale_, *, axis=-1, epsilon=1e-5, stash_type=1):
+    x = ctx.ready(X)
+    a = norm_axis(axis, x.rank, "RMSNormalization")
+    axes = tuple(range(a, x.rank))
+    ms = scale(reduce(x.with_(x.t * x.t), axes, "add", True), 1.0 / math.prod(x.shape[i] for i in axes))
+    y = binary("mul", x, ms.with_((ms.t + float(epsilon)).sqrt().reciprocal()), "RMSNormalization")
+    return binary("mul", y, ctx.dyn(scale_, "RMSNormalization scale"), "RMSNormalization")
+
+
+@converter("LpNormalization", *versions("LpNormalization", 1))
+def lp_norm(ctx, input, *, axis=-1, p=2):  # noqa: A002
+    if p not in (1, 2):
+        raise UnsupportedError(f"LpNormalization: p={p} is not supported (1 or 2)")
+    x = ctx.ready(input)
+    a = (norm_axis(axis, x.rank, "LpNormalization"),)
+    norm = reduce(x.with_(x.t.abs() if p == 1 else x.t * x.t), a, "add", True)
+    if p == 2:
+        norm = norm.with_(norm.t.sqrt())
+    # a zero norm has only zeros to divide: 0 / FLT_MIN is the 0 ONNX defines there, not 0 / 0
+    return binary("div", x, norm.with_(norm.t.max(1.1754943508222875e-38)), "LpNormalization")
+
+
+@converter("GroupNormalization", *versions("GroupNormalization", 21), const=(1, 2))
+def group_norm(ctx, X, scale_, bias, *, num_groups, epsilon=1e-5, stash_type=1):
+    from .shapes import _regroup
+
+    N, C, *sp = X.shape
+    g = int(num_groups)
+    if g < 1 or C % g:
+        raise ShapeError(f"GroupNormalization: {C} channels do not split into {g} groups")
+    x = _regroup(ctx, ctx.dyn(X), (N, g, C // g, *sp))
+    y = _normalise(ctx, x, tuple(range(2, x.rank)), epsilon, "GroupNormalization")
+    y = _regroup(ctx, y, (N, C, *sp))
+    y = binary("mul", y, _per_channel(scale_, y.rank, "GroupNormalization scale"), "GroupNormalization")
+    return binary("add", y, _per_channel(bias, y.rank, "GroupNormalization bias"), "GroupNormalization")
+
+
+@converter("ConvTranspose", *versions("ConvTranspose", 1), const=(1, 2))
+def conv_transpose(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                   output_padding=None, output_shape=None, pads=None, strides=None):
+    """A convolution of the input with zeros inserted between its elements (stride - 1 of them),
+    padded by the kernel's span less the pads, by the flipped kernel with its channel axes
+    swapped: Y[o] = sum over x, r with o = x*s + r*d - pad of X[x] W[r]."""
+    if not is_const(X) and len(X.shape) < 3:
+        raise ShapeError(f"ConvTranspose: input of rank {len(X.shape)}; expected N, C and spatial axes")
+    N, C, *sp = X.shape
+    Cw, KG, *ks = W.shape
+    nsp, g = len(sp), int(group)
+    if kernel_shape is not None and list(kernel_shape) != ks:
+        raise ShapeError(f"ConvTranspose: kernel_shape {list(kernel_shape)} differs from the weights' {ks}")
+    if Cw != C or C % g:
+        raise ShapeError(f"ConvTranspose: {C} input channels, weights for {Cw} and {g} groups do not agree")
+    if auto_pad not in ("NOTSET", "VALID"):
+        raise UnsupportedError(f"ConvTranspose: auto_pad {auto_pad!r} is not supported (pads are)")
+    if output_shape is not None:
+        raise UnsupportedError("ConvTranspose: output_shape is not supported (pads and output_padding are)")
+    strides = list(strides or [1] * nsp)
+    dil = list(dilations or [1] * nsp)
+    extra = list(output_padding or [0] * nsp)
+    pads = [0] * (2 * nsp) if auto_pad == "VALID" or pads is None else list(pads)
+    span = [(k - 1) * d for k, d in zip(ks, dil)]
+    before = [sp_ - p for sp_, p in zip(span, pads[:nsp])]
+    after = [sp_ - p + e - (s - 1) for sp_, p, e, s in zip(span, pads[nsp:], extra, strides)]
+    if any(b < 0 for b in before):
+        raise UnsupportedError("ConvTranspose: pads wider than the kernel's span are not supported")
+    # zeros between the elements: X read as [N, C, x, 1, ...] with each unit axis padded to the
+    # stride, then each (x, unit) pair flattened into one axis of x * stride
+    x = ctx.materialize(ctx.dyn(X), layout=tuple(range(2 + nsp)))
+    shape = (N, C, *[d for e in sp for d in (e, 1)])
+    units = tuple(3 + 2 * i for i in range(nsp))
+    v = ctx.placeholder(x.buffer, shape, keep=tuple(range(2, 2 + 2 * nsp)))
+    t = v.t
+    for a, s in zip(units, strides):
+        if s > 1:
+            at = list(t.symbolic_shape).index(v.dims[a])
+            t = t.pad(v.dims[a], 0, s - 1)
+            v.dims = v.dims[:a] + (t.symbolic_shape[at],) + v.dims[a + 1:]
+    dims = list(v.dims[:2])
+    for i in range(nsp):
+        pair = (v.dims[2 + 2 * i], v.dims[3 + 2 * i])
+        t = t.flatten(*pair)
+        dims.append(next(d for d in t.symbolic_shape if d not in dims and d not in v.dims))
+    zeros = Dyn(t, dims, (N, C, *[e * s for e, s in zip(sp, strides)]), x.ops)
+    # the flipped kernel, as a convolution's [K, C/g, taps..]
+    w = np.asarray(W, np.float32).reshape(g, C // g, KG, *ks).swapaxes(1, 2)
+    w = np.ascontiguousarray(np.flip(w, axis=tuple(range(3, 3 + nsp)))).reshape(g * KG, C // g, *ks)
+    geo = _spatial(nsp, ks, [1] * nsp, before + after, dil, "NOTSET", zeros.shape[2:], "ConvTranspose", crop=True)
+    return _convolve(ctx, zeros, w, B, g, geo)

@@ -68,8 +68,10 @@ def reshape(ctx, data, shape, *, allowzero=0):
 
 @converter("Flatten", *versions("Flatten", 1))
 def flatten(ctx, input, *, axis=1):  # noqa: A002
-    a = norm_axis(axis, input.ndim if is_const(input) else input.rank, "Flatten") if axis != len(input.shape) \
-        else axis
+    rank = len(input.shape)
+    a = axis + rank if axis < 0 else axis
+    if not 0 <= a <= rank:
+        raise ShapeError(f"Flatten: axis {axis} is out of range for rank {rank}")
     target = (int(np.prod(input.shape[:a])), int(np.prod(input.shape[a:])))
     return input.reshape(target) if is_const(input) else _regroup(ctx, input, target)
 
@@ -439,3 +441,37 @@ def expand(ctx, input, shape):  # noqa: A002
             ones = np.take(ones, [0], axis=j)
     (ta, tb), dims, shp = broadcast([input, const_dyn(ones, "Expand")], "Expand")
     return Dyn(ta * tb, dims, shp, input.ops)
+
+
+# ---------------------------------------------------------------------------- blocks <-> channels
+def _reshape_transpose_reshape(ctx, x, first, perm, last):
+    if is_const(x):
+        return np.transpose(x.reshape(first), perm).reshape(last)
+    v = _regroup(ctx, x, first)
+    v = Dyn(v.t, [v.dims[p] for p in perm], [v.shape[p] for p in perm], v.ops)
+    return _regroup(ctx, v, last)
+
+
+@converter("DepthToSpace", *versions("DepthToSpace", 11))
+def depth_to_space(ctx, input, *, blocksize, mode="DCR"):  # noqa: A002
+    n, c, h, w = input.shape
+    b = int(blocksize)
+    if b < 1 or c % (b * b):
+        raise ShapeError(f"DepthToSpace: {c} channels do not split into blocks of {b}x{b}")
+    if mode == "DCR":
+        first, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
+    elif mode == "CRD":
+        first, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+    else:
+        raise UnsupportedError(f"DepthToSpace: mode {mode!r} is not supported")
+    return _reshape_transpose_reshape(ctx, input, first, perm, (n, c // (b * b), h * b, w * b))
+
+
+@converter("SpaceToDepth", *versions("SpaceToDepth", 1))
+def space_to_depth(ctx, input, *, blocksize):  # noqa: A002
+    n, c, h, w = input.shape
+    b = int(blocksize)
+    if b < 1 or h % b or w % b:
+        raise ShapeError(f"SpaceToDepth: {h}x{w} does not split into blocks of {b}x{b}")
+    return _reshape_transpose_reshape(ctx, input, (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4),
+                                      (n, c * b * b, h // b, w // b))
