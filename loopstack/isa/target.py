@@ -49,6 +49,7 @@ class Target:
     l2: int = 512 * 1024
     l3: int = 8 * 1024 * 1024
     unroll_limit: int = 256     # default cap on unrolled instructions in a loop-nest body
+    load_ports: int = 2         # vector loads issued per cycle
     dtlb_entries: int = 64      # first-level data TLB: pages a loop nest may sweep without misses
     dtlb_miss_cycles: int = 7   # a first-level miss served by the second-level TLB
     stlb_entries: int = 2048    # second-level TLB
@@ -145,7 +146,7 @@ CPU_PRESETS: dict[str, tuple[str, frozenset[str], dict]] = {
     # Cortex-A57: one 128-bit FMLA per cycle (two 64-bit FP pipes), no fp16 arithmetic;
     # 32 KiB L1d, 2 MiB shared L2, no L3
     "cortex-a57": ("aarch64", frozenset({"fp", "asimd"}),
-                   dict(fma_units=1, fma_latency=4, l1d=32 * KiB, l2=2 * MiB, l3=2 * MiB, clock_ghz=1.9,
+                   dict(fma_units=1, fma_latency=4, load_ports=1, l1d=32 * KiB, l2=2 * MiB, l3=2 * MiB, clock_ghz=1.9,
                         dtlb_entries=32, stlb_entries=1024)),
 }
 

@@ -64,7 +64,6 @@ _DEPTHWISE_MAX_ACC = 13  # a depthwise block reuses no loaded vector: more accum
 MAX_BLOCK_VECTORS = 6
 _PACK_MIN_ROWS = 8      # pack B panels when at least this many output rows sweep each one
 _PACK_PANEL = 64 << 10  # the largest packed panel (bytes) left untiled along k
-_LOAD_PORTS = 2         # vector loads issued per cycle
 _L1_SHARE = 7 / 8       # of L1 a stationary weight tile may fill (the input rows take the rest)
 _L2_SHARE = 1 / 4       # of L2 a weight tile streamed from L2 may fill (input and output share it)
 _L2_STREAM = 24         # bytes per cycle a block may stream from L2 (of the 32 the L2 -> L1 path moves)
@@ -128,7 +127,7 @@ def _block_cycles(mr, nv, tgt, depthwise):
     sets = _accumulator_sets(fmas, tgt, depthwise)
     latency = tgt.fma_latency / sets
     # + one cycle per trip of the innermost loop for its counter and address arithmetic
-    return max(fmas / tgt.fma_units, latency, loads / _LOAD_PORTS) + 1 / sets
+    return max(fmas / tgt.fma_units, latency, loads / tgt.load_ports) + 1 / sets
 
 
 def _fits(mr, nv, tgt, depthwise):
