@@ -167,3 +167,19 @@ def test_matmuls_whose_rows_leave_l2_pack_b_for_a_tile_of_panels(m, k, n, tiled)
         assert len(steps) == 2
     C.set(tree)
     np.testing.assert_allclose(C.numpy(), want, rtol=1e-3, atol=1e-3)
+
+
+def test_a_core_with_one_load_port_takes_depthwise_blocks_its_loads_keep_up_with():
+    """A depthwise block loads an input vector per FMA and a weight vector per column: on the
+    Cortex-A57 (one 128-bit load a cycle) a one-row block would issue two loads per FMA; the
+    chosen block shares its weight vectors over rows, unlike the choice for two load ports."""
+    import dataclasses
+
+    from loopstack.isa.target import get_target
+
+    a57 = get_target("neon", cpu="cortex-a57", check=False)
+    assert a57.load_ports == 1 and TARGETS["avx2"].load_ports == 2
+    one = rank_blocks(14, 60, a57, depthwise=True)[0]
+    two = rank_blocks(14, 60, dataclasses.replace(a57, load_ports=2), depthwise=True)[0]
+    assert one.mr > 1 and (one.mr + 1) / one.mr < 1.5          # loads per FMA: 1 + 1/mr
+    assert (one.mr, one.nv) != (two.mr, two.nv)
