@@ -188,6 +188,66 @@ def measure_workload(w, peers=(), runs: int = 10, rounds: int = 3, target=None, 
     }
 
 
+def measure_fp16_workload(w, runs: int = 10, rounds: int = 3, seed: int = 0, db_path=None) -> dict:
+    """One workload on `neon_fp16` (fp16 storage and arithmetic): the schedule chosen for it, the
+    program's loop tree in float16, checked against the fp32 reference with fp16's tolerance
+    (each output a sum of n fp16 terms: n x 2^-10 of the output's scale) and timed against the
+    fp16 FMA peak. No peers: none computes fp16 on this core."""
+    import numpy as np
+
+    from ..backend import compile as compile_tree
+    from ..backend.native import in_float16
+    from ..frontend.run import program
+    from ..isa.target import get_target, measure_peak
+    from ..looptree import stats
+    from ..timing import BENCH_MIN_SECONDS
+    from ..tune.defaults import chosen_schedule
+
+    tgt = get_target("neon_fp16")
+    Y, reference = w.build(seed)
+    tree, origin = chosen_schedule(Y, tgt, db_path)
+    Y.set(tree)
+    tree16 = in_float16(tree.lower())
+    compile_tree(tree16, target=tgt)                        # the first compile warms the tables
+    t0 = time.perf_counter()
+    kernel = compile_tree(tree16, target=tgt)
+    cms = (time.perf_counter() - t0) * 1e3
+    kernel.threads = 1
+    inputs = [np.asarray(r.data, np.float16) for r in program(Y).reads]
+    out = np.zeros(Y.shape, np.float16)
+    kernel(*inputs, out)
+    ref = reference()
+    err = float(np.max(np.abs(out.astype(np.float32) - ref))) if out.size else 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 1.0
+    terms = max(1, stats.flops(tree16) // max(1, 2 * out.size))
+    mine, peaks = [], []
+    for _ in range(max(1, rounds)):
+        peaks.append(measure_peak(tgt, seconds=0.05))
+        mine.append(kernel.benchmark(*inputs, out, runs=runs, min_seconds=BENCH_MIN_SECONDS))
+    return {"name": w.name, "shape": w.shape, "flops": w.flops, "gflops": _median(mine),
+            "peak_gflops": _median(peaks), "peak_percent": 100 * _median(mine) / _median(peaks),
+            "compile_ms": cms, "max_abs_err": err, "max_abs_ref": scale,
+            "correct": bool(err <= (terms + 2) * 2.0 ** -10 * max(1.0, scale)), "peers": {},
+            "peer_compile_ms": {}, "peer_layouts": {}, "skipped": {}, "target": tgt.name,
+            "schedule": _schedule_text(tree), "schedule_origin": origin, "threads": 1,
+            "gflops_threads": None, "parallel": False}
+
+
+def emulated() -> bool:
+    """Whether this AArch64 process runs under a user-mode emulator (qemu-aarch64): the kernel
+    then shows the host's /proc/cpuinfo, an x86 one."""
+    from ..isa.target import host_arch
+
+    if host_arch() != "aarch64":
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return False
+    return "vendor_id" in text or "\nflags" in text
+
+
 def kernel_is_parallel(kernel) -> bool:
     """Whether a kernel has a loop that runs on several threads (tune.defaults.parallelize)."""
     return bool(getattr(kernel, "_parallel", False))
@@ -304,7 +364,10 @@ def _reexec_single_threaded() -> None:
     env = dict(os.environ, LOOPSTACK_BENCH_CHILD="1", **{v: "1" for v in _THREAD_VARS})
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "loopstack", *sys.argv[1:]], env)
+    try:
+        os.execve(sys.executable, [sys.executable, "-m", "loopstack", *sys.argv[1:]], env)
+    except OSError:     # an interpreter the kernel cannot exec by itself (run under qemu-user)
+        os.environ.update({v: "1" for v in _THREAD_VARS})
 
 
 def run(args) -> int:
@@ -325,7 +388,8 @@ def run(args) -> int:
     workloads = select(args)
     _reexec_single_threaded()
     from .. import peers as P
-    from ..isa.target import get_target
+    from ..isa.cpu import cpu_features
+    from ..isa.target import get_target, host_target
 
     target = get_target(args.target) if args.target else None
     for p in peers:
@@ -337,8 +401,20 @@ def run(args) -> int:
         _progress(i, len(workloads), w.name, show)
         rows.append(measure_workload(w, peers, runs=args.runs, rounds=args.rounds, target=target,
                                      db_path=args.db, threads=args.threads))
+    fp16_rows = []
+    if target is None and host_target().arch == "aarch64" and "asimdhp" in cpu_features():
+        for i, w in enumerate(workloads):        # the same suite on neon_fp16, fp16 arithmetic
+            _progress(i, len(workloads), f"{w.name} neon_fp16", show)
+            fp16_rows.append(measure_fp16_workload(w, runs=args.runs, rounds=args.rounds, db_path=args.db))
     _progress(len(workloads), len(workloads), "done", show)
+    if emulated():
+        print("EMULATED: this AArch64 process runs under a user-mode emulator (qemu); the timings below "
+              "say nothing about an ARM core (bench/aarch64.py predicts them with llvm-mca)")
     print(format_table(rows, peers))
+    if fp16_rows:
+        print("\nneon_fp16 (fp16 storage and arithmetic; %peak of the fp16 FMA peak):")
+        print(format_table(fp16_rows, []))
+        rows += fp16_rows
     met = sum(verdict(r)[0] == "ok" for r in rows)
     judged = sum(verdict(r)[0] != "-" for r in rows)
     print(f"\n{met}/{judged} workloads meet their targets; peak {_median([r['peak_gflops'] for r in rows]):.1f} GFLOPS"
