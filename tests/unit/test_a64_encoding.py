@@ -1,7 +1,8 @@
 """AArch64 encodings checked against two oracles nobody here wrote: LLVM's assembler and capstone.
 
 * Every form of the table (every row x arrangement x optional operand) is drawn three times with
-  random registers and immediates; all of them go through ONE `llvm-mc --show-encoding` run and
+  random registers and immediates, and twice more with every register and immediate at the largest
+  and at the smallest value its field holds; all of them go through ONE `llvm-mc --show-encoding` run and
   must come back byte for byte. The same run assembles capstone's disassembly of our bytes, which
   must give the bytes again (capstone read the instruction we meant, aliases and all).
 * Hypothesis draws more operands, decoded by capstone in-process: one 4-byte instruction whose
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from a64_samples import all_samples, llvm_text, sample  # noqa: E402
+from a64_samples import all_samples, extreme_samples, llvm_text, sample  # noqa: E402
 
 from loopstack.errors import EncodingError  # noqa: E402
 from loopstack.isa.aarch64.assembler import Assembler  # noqa: E402
@@ -104,8 +105,8 @@ def llvm_batch():
     if LLVM_MC is None:
         pytest.skip("llvm-mc is not on the PATH (apt-get install llvm)")
     rng = random.Random(SEED)
-    ours = [(llvm_text(m, ops), encode(m, ops)[0]) for m, ops in all_samples(rng, per_form=3)
-            if encode(m, ops)[1].reloc is None]
+    drawn = all_samples(rng, per_form=3) + extreme_samples()     # random, and each field at its ends
+    ours = [(llvm_text(m, ops), encode(m, ops)[0]) for m, ops in drawn if encode(m, ops)[1].reloc is None]
     ours += _branch_samples(rng)
     theirs = []
     for text, word in ours:
