@@ -361,6 +361,28 @@ def test_label_errors():
         asm.bind(lbl)
 
 
+@pytest.mark.parametrize("mnemonic, ops, reach", [
+    ("b", (), 1 << 27), ("bl", (), 1 << 27), ("b.ne", (), 1 << 20), ("cbz", (X(3),), 1 << 20),
+    ("cbnz", (W(7),), 1 << 20), ("ldr", (V(1).q,), 1 << 20), ("ldr", (X(2),), 1 << 20), ("adr", (X(9),), 1 << 20),
+])
+def test_fixups_at_the_ends_of_their_reach(mnemonic, ops, reach):
+    """The label at the farthest offset each side (set directly: no need for megabytes of code),
+    decoded by capstone at an address that keeps both targets positive."""
+    step = 1 if mnemonic == "adr" else 4
+    for delta in (reach - step, -reach):
+        asm = Assembler()
+        lbl = asm.label("far")
+        asm.emit(mnemonic, *ops, lbl)
+        asm.bind(lbl)
+        lbl.position = delta
+        base = 1 << 28
+        insn = _capstone_one(int.from_bytes(asm.bytes()[:4], "little"), base)
+        assert int(insn.op_str.rsplit("#", 1)[1], 16) == base + delta, (mnemonic, delta, insn.op_str)
+        lbl.position = delta + (step if delta > 0 else -step)      # one step further: out of reach
+        with pytest.raises(EncodingError, match="reach"):
+            asm.bytes()
+
+
 def test_branch_range_is_checked():
     asm = Assembler()
     far = asm.label("far")
