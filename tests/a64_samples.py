@@ -53,12 +53,14 @@ def _imm(form, slot_index, rng):
         return rng.randrange(bits)
     if slot == "#bimm":
         from loopstack.isa.aarch64.immediates import decode_bitmask
-        while True:
+        for _ in range(100):
             try:
                 n = rng.randrange(2) if bits == 64 else 0
                 return decode_bitmask(n, rng.randrange(bits), rng.randrange(64), bits)
             except EncodingError:
                 continue
+        # an ExtremeRandom draws the same fields every time: the extremes that do encode
+        return (0xFFFFFFFFFFFFFFFE & ((1 << bits) - 1)) if isinstance(rng, ExtremeRandom) and rng.largest else 1
     if slot == "#fimm":
         from loopstack.isa.aarch64.immediates import fp_imm8_value
         return fp_imm8_value(rng.randrange(256))
@@ -194,6 +196,42 @@ def all_samples(rng, per_form=1, label=None):
                     continue
                 out.append((mnemonic, ops))
                 break
+    return out
+
+
+class ExtremeRandom:
+    """A stand-in for random.Random whose every draw is the largest (or the smallest) value:
+    registers 30/31 (or 0), immediates at the ends of their fields, the last (or first) choice."""
+
+    def __init__(self, largest: bool):
+        self.largest = largest
+
+    def randrange(self, start, stop=None, step=1):
+        if stop is None:
+            start, stop = 0, start
+        return (stop - 1 - (stop - 1 - start) % step) if self.largest else start
+
+    def randint(self, a, b):
+        return b if self.largest else a
+
+    def choice(self, seq):
+        return seq[-1] if self.largest else seq[0]
+
+    def random(self):
+        return 0.999 if self.largest else 0.0
+
+
+def extreme_samples(label=None):
+    """[(mnemonic, ops)]: every form with its largest and with its smallest draws (those that encode)."""
+    out = []
+    for (mnemonic, kinds), form in FORMS.items():
+        for largest in (True, False):
+            ops = sample(mnemonic, kinds, form, ExtremeRandom(largest), label)
+            try:
+                encode(mnemonic, ops)
+            except EncodingError:           # e.g. ldp x30, x30: the same register twice
+                continue
+            out.append((mnemonic, ops))
     return out
 
 

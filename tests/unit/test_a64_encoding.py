@@ -1,7 +1,8 @@
 """AArch64 encodings checked against two oracles nobody here wrote: LLVM's assembler and capstone.
 
 * Every form of the table (every row x arrangement x optional operand) is drawn three times with
-  random registers and immediates; all of them go through ONE `llvm-mc --show-encoding` run and
+  random registers and immediates, and twice more with every register and immediate at the largest
+  and at the smallest value its field holds; all of them go through ONE `llvm-mc --show-encoding` run and
   must come back byte for byte. The same run assembles capstone's disassembly of our bytes, which
   must give the bytes again (capstone read the instruction we meant, aliases and all).
 * Hypothesis draws more operands, decoded by capstone in-process: one 4-byte instruction whose
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from a64_samples import all_samples, llvm_text, sample  # noqa: E402
+from a64_samples import all_samples, extreme_samples, llvm_text, sample  # noqa: E402
 
 from loopstack.errors import EncodingError  # noqa: E402
 from loopstack.isa.aarch64.assembler import Assembler  # noqa: E402
@@ -104,8 +105,8 @@ def llvm_batch():
     if LLVM_MC is None:
         pytest.skip("llvm-mc is not on the PATH (apt-get install llvm)")
     rng = random.Random(SEED)
-    ours = [(llvm_text(m, ops), encode(m, ops)[0]) for m, ops in all_samples(rng, per_form=3)
-            if encode(m, ops)[1].reloc is None]
+    drawn = all_samples(rng, per_form=3) + extreme_samples()     # random, and each field at its ends
+    ours = [(llvm_text(m, ops), encode(m, ops)[0]) for m, ops in drawn if encode(m, ops)[1].reloc is None]
     ours += _branch_samples(rng)
     theirs = []
     for text, word in ours:
@@ -358,6 +359,28 @@ def test_label_errors():
     asm.bind(lbl)
     with pytest.raises(EncodingError, match="already bound"):
         asm.bind(lbl)
+
+
+@pytest.mark.parametrize("mnemonic, ops, reach", [
+    ("b", (), 1 << 27), ("bl", (), 1 << 27), ("b.ne", (), 1 << 20), ("cbz", (X(3),), 1 << 20),
+    ("cbnz", (W(7),), 1 << 20), ("ldr", (V(1).q,), 1 << 20), ("ldr", (X(2),), 1 << 20), ("adr", (X(9),), 1 << 20),
+])
+def test_fixups_at_the_ends_of_their_reach(mnemonic, ops, reach):
+    """The label at the farthest offset each side (set directly: no need for megabytes of code),
+    decoded by capstone at an address that keeps both targets positive."""
+    step = 1 if mnemonic == "adr" else 4
+    for delta in (reach - step, -reach):
+        asm = Assembler()
+        lbl = asm.label("far")
+        asm.emit(mnemonic, *ops, lbl)
+        asm.bind(lbl)
+        lbl.position = delta
+        base = 1 << 28
+        insn = _capstone_one(int.from_bytes(asm.bytes()[:4], "little"), base)
+        assert int(insn.op_str.rsplit("#", 1)[1], 16) == base + delta, (mnemonic, delta, insn.op_str)
+        lbl.position = delta + (step if delta > 0 else -step)      # one step further: out of reach
+        with pytest.raises(EncodingError, match="reach"):
+            asm.bytes()
 
 
 def test_branch_range_is_checked():
