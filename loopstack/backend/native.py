@@ -212,7 +212,9 @@ class NativeKernel(KernelBase):
 
     def instruction_bytes(self) -> list[bytes]:
         """Each segment's instructions, without its constant pool (for disassemblers)."""
-        return [c.code[:getattr(asm, "code_size", len(c.code))] for c, asm, _ in self._segments]
+        # x86's assembler knows where its code ends; AArch64's counts 4-byte instruction words
+        return [c.code[:asm.code_size if hasattr(asm, "code_size") else 4 * len(asm)]
+                for c, asm, _ in self._segments]
 
     def asm(self) -> str:
         parts = []

@@ -279,3 +279,13 @@ def test_the_frontend_passes_the_target_through():
     if host_arch() != "aarch64":
         with pytest.raises(UnsupportedError, match="cannot run"):
             C.numpy(target="neon_fp16")
+
+
+def test_instruction_bytes_stop_before_the_literal_pool():
+    from capstone import CS_ARCH_ARM64, CS_MODE_ARM, Cs
+
+    kernel = compile(elementwise_tree((37,), ("exp",)), target="neon")     # constants in the pool
+    (code,) = kernel.instruction_bytes()
+    assert len(code) < len(kernel.code)
+    insns = list(Cs(CS_ARCH_ARM64, CS_MODE_ARM).disasm(code, 0))
+    assert sum(i.size for i in insns) == len(code) and insns[-1].mnemonic == "ret"
