@@ -849,3 +849,34 @@ OVERLAP = HEADER + """
     ret;
 }
 """
+
+# out[tid] = in[tid] + 1, then out[tid] read back through the non-coherent cache (which may
+# return the value from before the store): in[tid] + 1 again when the two arrays differ.
+NC_AFTER_STORE = HEADER + """
+.visible .entry nc_after_store(.param .u64 pin, .param .u64 pout, .param .u64 pcheck)
+{
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [pin];
+    ld.param.u64 %rd2, [pout];
+    ld.param.u64 %rd3, [pcheck];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd4, %r1, 4;
+    add.s64 %rd5, %rd1, %rd4;
+    ld.global.nc.u32 %r2, [%rd5];
+    add.s32 %r3, %r2, 1;
+    add.s64 %rd6, %rd2, %rd4;
+    st.global.u32 [%rd6], %r3;
+    add.s64 %rd7, %rd3, %rd4;
+    ld.global.nc.u32 %r4, [%rd7];
+    st.global.u32 [%rd6], %r4;
+    ret;
+}
+"""
+
+# The ldmatrix kernel with a divergent branch before the collectives: odd lanes take a detour,
+# and the warp must be whole again at the ldmatrix.
+LDMATRIX_AFTER_DIVERGENCE = LDMATRIX.replace("entry ldmatrix(", "entry ldmatrix_diverged(").replace(
+    "    bar.sync 0;\n",
+    "    bar.sync 0;\n    and.b32 %r26, %r1, 1;\n    setp.eq.u32 %p1, %r26, 0;\n    @%p1 bra EVENS;\n"
+    "    add.u32 %r27, %r26, %r1;\nEVENS:\n")

@@ -780,3 +780,32 @@ def test_ctas_writing_each_others_output_is_a_race():
     with pytest.raises(SimulationError, match=r"CTA \(1, 0, 0\).*global-memory race: overwrites what another CTA "
                                               r"wrote since the launch began"):
         launch(K.OVERLAP, "overlap", grid=(4,), block=(32,), args=[out, 31])
+
+
+def test_non_coherent_load_of_data_written_in_the_launch_raises():
+    x, out, check = np.arange(32, dtype=np.uint32), np.zeros(32, np.uint32), np.full(32, 9, np.uint32)
+    launch(K.NC_AFTER_STORE, "nc_after_store", grid=(1,), block=(32,), args=[x, out, check])
+    np.testing.assert_array_equal(out, check)
+    with pytest.raises(SimulationError, match=r"ld.global.nc.u32 %r4.*non-coherent cache \(.nc\) a byte written"):
+        launch(K.NC_AFTER_STORE, "nc_after_store", grid=(1,), block=(32,), args=[x, out, out])
+
+
+def test_a_warp_reconverges_before_a_collective():
+    assert "EVENS:" in K.LDMATRIX_AFTER_DIVERGENCE
+    m = np.random.default_rng(2).integers(0, 2**16, (4, 8, 8), dtype=np.uint16)
+    out = np.zeros(32 * 16, np.uint32)
+    launch(K.LDMATRIX_AFTER_DIVERGENCE, "ldmatrix_diverged", grid=(1,), block=(32,), args=[m, out])
+    np.testing.assert_array_equal(out.reshape(32, 16), _ldmatrix_reference(m))
+
+
+def test_launch_respects_maxntid_and_reqntid():
+    a = np.zeros(256, np.float32)
+    capped = K.VADD.replace(".param .u32 n\n)", ".param .u32 n\n)\n.maxntid 128, 1, 1")
+    exact = K.VADD.replace(".param .u32 n\n)", ".param .u32 n\n)\n.reqntid 64")
+    assert capped != K.VADD and exact != K.VADD
+    launch(capped, "vadd", grid=(2,), block=(128,), args=[a, a, a, 256])
+    launch(exact, "vadd", grid=(4,), block=(64,), args=[a, a, a, 256])
+    with pytest.raises(ArgumentError, match=r"maxntid \(128, 1, 1\)"):
+        launch(capped, "vadd", grid=(1,), block=(256,), args=[a, a, a, 256])
+    with pytest.raises(ArgumentError, match=r"reqntid \(64, 1, 1\)"):
+        launch(exact, "vadd", grid=(2,), block=(32, 2), args=[a, a, a, 256])

@@ -3,12 +3,16 @@
 `launch` parses PTX text, binds an entry to numpy arrays and runs its grid one CTA after
 another, each CTA vectorised over its threads with numpy: per-thread program counters with
 reconvergence at the lowest PC, `bar.sync` across the CTA, cp.async copies that complete only at
-their wait, warp-collective ldmatrix and mma.sync with the PTX ISA's fragment layouts.  Every
-global and shared access is bounds- and alignment-checked; a fault, an unsupported instruction
-or a partial warp at a collective raises `loopstack.errors.SimulationError` naming the
-instruction, the thread and the address.  It says nothing about speed, and where the hardware
-leaves a result unspecified (races, uninitialised shared memory, division by zero) it is stricter
-than a GPU: shared memory starts as 0xFF bytes, a zero divisor faults.
+their wait, warp-collective ldmatrix and mma.sync with the PTX ISA's fragment layouts.
+
+Where the hardware leaves a result unspecified, the interpreter is stricter than a GPU, so that
+a kernel that passes here does not depend on luck there.  Every global and shared access is
+bounds- and alignment-checked; shared memory starts as 0xFF bytes (NaN in every float format);
+races raise (hazards.py): between warps in shared memory since the last barrier, accesses to
+bytes a cp.async in flight will write, between CTAs in global memory, ld.global.nc of bytes the
+launch wrote; an integer division by zero faults.  Each of these, an unsupported instruction or
+a partial warp at a collective raises `loopstack.errors.SimulationError` naming the instruction,
+the thread and the address.
 """
 from __future__ import annotations
 

@@ -39,14 +39,14 @@ def ld(instr, B):
         raise SimulationError(f"{instr.where()}: symbol in .{sym_space} read with ld.{space}")
     mem = B.space(space)
     size = t.size * vec
-    narrow = t.kind == "pred"
-    if narrow:
+    if t.kind == "pred":
         unsupported(instr, "predicate load")
+    noncoherent = "nc" in instr.mods
 
     def run(mask):
         lanes = np.flatnonzero(mask)
         a = np.broadcast_to(addr(), (B.n,))[lanes]
-        data = mem.load(instr, B.fault, lanes, a, size).view(t.view)
+        data = mem.load(instr, B.fault, lanes, a, size, noncoherent).view(t.view)
         for k, write in enumerate(writes):
             full = np.zeros(B.n, dtype=t.view)
             full[lanes] = data[:, k]

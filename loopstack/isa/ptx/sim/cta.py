@@ -40,6 +40,14 @@ class BoundKernel:
         self.n = n = bx * by * bz
         if n < 1 or n > 1024:
             raise ArgumentError(f"block {block}: a CTA holds 1 to 1024 threads")
+        # the GPU refuses such launches: a kernel compiled for at most (or exactly) these threads
+        limit = entry.thread_limits.get(".maxntid")
+        if limit and n > limit[0] * limit[1] * limit[2]:
+            raise ArgumentError(f"block {block}: entry {entry.name} declares .maxntid {limit} "
+                                f"({limit[0] * limit[1] * limit[2]} threads)")
+        required = entry.thread_limits.get(".reqntid")
+        if required and tuple(block) != required:
+            raise ArgumentError(f"block {block}: entry {entry.name} declares .reqntid {required}")
         self.ctaid = (0, 0, 0)
         lin = np.arange(n, dtype=np.uint32)
         self.specials = {
@@ -87,25 +95,30 @@ class BoundKernel:
         if len(args) != len(entry.params):
             raise ArgumentError(f"entry {entry.name} takes {len(entry.params)} arguments "
                                 f"({', '.join(p.name for p in entry.params)}), got {len(args)}")
-        arrays, writeback = [], []
+        arrays, writeback, address_of = [], [], []      # address_of: per argument, its array's index
         for p, a in zip(entry.params, args):
-            if isinstance(a, np.ndarray):
-                if p.type not in ("u64", "b64", "s64"):
-                    raise ArgumentError(f"parameter {p.name} is .{p.type}: an array needs a .u64 pointer")
-                work = np.ascontiguousarray(a)
-                if work is not a and a.flags.writeable:
-                    writeback.append((a, work))
-                arrays.append((f"argument {p.name} ({a.dtype}{list(a.shape)})", work))
-        glob = GlobalMemory(arrays)
-        space = np.zeros(0, dtype=np.uint8)
-        offset, k = 0, 0
+            if not isinstance(a, np.ndarray):
+                address_of.append(None)
+                continue
+            if p.type not in ("u64", "b64", "s64"):
+                raise ArgumentError(f"parameter {p.name} is .{p.type}: an array needs a .u64 pointer")
+            same = next((k for k, (_, _, orig) in enumerate(arrays) if orig is a), None)
+            if same is not None:              # the same array twice: one address, as on a GPU
+                address_of.append(same)
+                continue
+            work = np.ascontiguousarray(a)
+            if work is not a and a.flags.writeable:
+                writeback.append((a, work))
+            address_of.append(len(arrays))
+            arrays.append((f"argument {p.name} ({a.dtype}{list(a.shape)})", work, a))
+        glob = GlobalMemory([(label, work) for label, work, _ in arrays])
+        offset = 0
         pieces = []
-        for p, a in zip(entry.params, args):
+        for p, a, k in zip(entry.params, args, address_of):
             offset = (offset + p.align - 1) // p.align * p.align
             t = TYPES[p.type]
-            if isinstance(a, np.ndarray):
+            if k is not None:
                 value = np.array([glob.addresses[k]], dtype=np.uint64)
-                k += 1
             else:
                 value = _scalar_param(p, t, a)
             pieces.append((offset, value.view(np.uint8)))

@@ -9,6 +9,8 @@ them, and raises on
 - a read of a byte another unit wrote (read after write), a write of a byte another unit read
   (write after read: the classic early overwrite of a stage still being read) or wrote (write
   after write);
+- a load through the non-coherent read-only cache (ld.global.nc) of a byte written during the
+  launch, by any CTA (that cache may return the byte as it was);
 - in shared memory, any access to a byte that a cp.async still in flight will write (the copy
   may land before or after it).  A cp.async counts as a write of its destination from its issue,
   as the hardware may perform it at any time until its wait.
@@ -60,6 +62,13 @@ class Hazards:
             self._raise(fault, instr, lanes, idx, raw,
                         f"reads what another {self.unit} (up to {self.unit} {w}) wrote since {self.since}, at")
         _mark(self.rmin, self.rmax, units, idx)
+
+    def unwritten(self, fault, instr, lanes, idx):
+        """A read through the non-coherent cache: no unit may have written these bytes."""
+        written = self.wmax[idx] != NONE
+        if written.any():
+            self._raise(fault, instr, lanes, idx, written,
+                        f"reads through the non-coherent cache (.nc) a byte written since {self.since}, at")
 
     def write(self, fault, instr, lanes, units, idx):
         u = _per_row(units, idx)

@@ -97,11 +97,12 @@ class ByteSpace:
             out[sel] = np.where(valid[sel], buf[idx], 0)
             if self.cta_hazards:               # only the bytes read: a row per byte, its lane beside it
                 rows = np.repeat(np.asarray(lanes)[sel], valid[sel].sum(axis=1))
-                self.cta_hazards[r].read(fault, instr, rows, self.cta, idx[valid[sel]][:, None])
+                self._hazards(r).read(fault, instr, rows, self.cta, idx[valid[sel]][:, None])
         return out
 
-    def load(self, instr, fault, lanes, addr, size) -> np.ndarray:
-        """`size` bytes at each address -> uint8 array (len(addr), size)."""
+    def load(self, instr, fault, lanes, addr, size, noncoherent=False) -> np.ndarray:
+        """`size` bytes at each address -> uint8 array (len(addr), size); `noncoherent`: through
+        the read-only cache (ld.global.nc), so none of the bytes may be written during the launch."""
         region = self._locate(instr, fault, lanes, addr, size, False)
         addr = np.asarray(addr, dtype=np.uint64)
         out = np.empty((len(addr), size), dtype=np.uint8)
@@ -112,7 +113,9 @@ class ByteSpace:
             idx = (addr[sel] - np.uint64(base)).astype(np.int64)[:, None] + step
             out[sel] = buf[idx]
             if self.cta_hazards:
-                self.cta_hazards[r].read(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
+                if noncoherent:
+                    self._hazards(r).unwritten(fault, instr, np.asarray(lanes)[sel], idx)
+                self._hazards(r).read(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
         return out
 
     def store(self, instr, fault, lanes, addr, data: np.ndarray):
@@ -126,7 +129,7 @@ class ByteSpace:
             base, buf = self.regions[r][0], self.regions[r][1]
             idx = (addr[sel] - np.uint64(base)).astype(np.int64)[:, None] + step
             if self.cta_hazards:
-                self.cta_hazards[r].write(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
+                self._hazards(r).write(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
             buf[idx] = data[sel]
 
 
@@ -142,7 +145,13 @@ class GlobalMemory(ByteSpace):
             self.addresses.append(base)
             base += (buf.size + _GAP + 255) // 256 * 256
         super().__init__(regions)
-        self.cta_hazards = [Hazards(r[1].size, "global", "CTA", "the launch began", r[0]) for r in self.regions]
+        self.cta_hazards = [None] * len(self.regions)      # made when a region is first touched
+
+    def _hazards(self, r):
+        if self.cta_hazards[r] is None:
+            base, buf = self.regions[r][0], self.regions[r][1]
+            self.cta_hazards[r] = Hazards(buf.size, "global", "CTA", "the launch began", base)
+        return self.cta_hazards[r]
 
 
 class SharedMemory(ByteSpace):
@@ -163,7 +172,7 @@ class SharedMemory(ByteSpace):
     def _bytes(addr, size):
         return np.asarray(addr, dtype=np.uint64).astype(np.int64)[:, None] + np.arange(size, dtype=np.int64)
 
-    def load(self, instr, fault, lanes, addr, size) -> np.ndarray:
+    def load(self, instr, fault, lanes, addr, size, noncoherent=False) -> np.ndarray:
         self._locate(instr, fault, lanes, addr, size, False)
         idx = self._bytes(addr, size)
         self.hazards.read(fault, instr, lanes, idx)
