@@ -155,3 +155,23 @@ def test_what_tensor_cores_cannot_run_is_unsupported():
         lt.compile(lt.nn.relu(X + X), target="sm_90")
     with pytest.raises(UnsupportedError, match="GPU target 'sm_70'"):
         compile_ptx(lt.nn.relu(X + X).loop_tree.lower(), "sm_70")
+
+
+def test_contractions_the_kernels_cannot_map_are_refused_with_the_reason():
+    a, b, v = np.zeros((32, 16), np.float16), np.zeros((16, 24), np.float16), np.zeros(16, np.float16)
+
+    def case(build):
+        s = lt.SymbolGenerator()
+        return build(s)
+
+    cases = {
+        "is not a matrix product": lambda s: (lt.Tensor(b).to(s.k, s.m) * lt.Tensor(b).to(s.k, s.n)).sum(s.k),
+        "reduces with 'max'": lambda s: (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).max_reduce(s.k),
+        "writes a 1-d output": lambda s: (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(v).to(s.k)).sum(s.k),
+    }
+    for why, build in cases.items():
+        with pytest.raises(UnsupportedError, match=why):
+            lt.compile(case(build), target="sm_90")
+    # A times its own transpose: one array read as both operands
+    k = lt.compile(case(lambda s: (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(a).to(s.n, s.k)).sum(s.k)), target="sm_90")
+    assert not k.contraction.b_kmajor and k.contraction.n == 32
