@@ -7,11 +7,11 @@ PTX generation time (compile_ms, wall; compile_cpu_ms, this process's CPU time),
 (ptxas_ms, for reference) and the driver's JIT time (jit_ms); each result is checked
 against torch's.
 
-    python bench/gpu.py [--json FILE] [--runs N] [--tune | --default-knobs] [--compile-only]
+    python bench/gpu.py [--json FILE] [--runs N] [--search | --tune] [--compile-only]
 
-Knobs: the analytical model's pick (the diversity-aware search on the model, no GPU time),
-GpuSchedule() with --default-knobs, or with --tune the same search with its candidates timed
-on the GPU.  --compile-only works on any host: PTX generation and ptxas times and the
+Knobs: what `lt.compile(C, target="sm_90")` picks (the analytical model's best preset);
+with --search, the diversity-aware search on the model (no GPU time); with --tune, the same
+search with its candidates timed on the GPU.  --compile-only works on any host: PTX generation and ptxas times and the
 model's predicted TFLOPS; without it the benchmark needs an NVIDIA GPU, its driver and torch,
 and exits with a message where they are missing.
 """
@@ -30,7 +30,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import loopstack as lt  # noqa: E402
-from loopstack.backend.ptx import GpuSchedule, GpuTarget, compile_ptx  # noqa: E402
+from loopstack.backend.ptx import compile_ptx  # noqa: E402
+from loopstack.backend.ptx.match import match  # noqa: E402
+from loopstack.backend.ptx.model import default_schedule  # noqa: E402
 from loopstack.isa.ptx import driver, ptxas  # noqa: E402
 from loopstack.tune.gpu import predict_seconds, tune_gpu  # noqa: E402
 
@@ -113,6 +115,14 @@ def _torch_case(name, kind, dtype, tree, torch):
     return [x, w, out], (lambda: torch.nn.functional.conv2d(xt, wt, padding=1)), out
 
 
+def _timer(tree, target):
+    """seconds(schedule): one candidate's kernel timed on the GPU (the search's measurements)."""
+    def seconds(s):
+        k = compile_ptx(tree, target, s)
+        return k.flops / (k.benchmark(runs=3) * 1e9)
+    return seconds
+
+
 def _as_device(t, torch):
     return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
 
@@ -133,14 +143,10 @@ def run(args):
             sys.exit("bench/gpu.py: torch sees no CUDA device")
     rows = []
     for name, tree, kind, dtype in workloads():
-        sched = GpuSchedule() if args.default_knobs else tune_gpu(tree, target).best   # the model's choice
+        con = match(tree)
+        sched = tune_gpu(tree, target).best if args.search else default_schedule(con, target)
         if args.tune:
-            measure = None
-            if gpu:
-                def measure(s, tree=tree):
-                    k = compile_ptx(tree, target, s)
-                    return k.flops / (k.benchmark(runs=3) * 1e9)
-            sched = tune_gpu(tree, target, measure=measure, generations=6).best
+            sched = tune_gpu(tree, target, measure=_timer(tree, target) if gpu else None, generations=6).best
         k, gen_ms, gen_cpu_ms = compile_times(tree, sched, target)
         row = {"name": name, "compile_ms": round(gen_ms, 2), "compile_cpu_ms": round(gen_cpu_ms, 2),
                "predicted_tflops": round(k.flops / predict_seconds(k.contraction, sched) / 1e12, 1)}
@@ -193,7 +199,7 @@ def main():
     ap.add_argument("--json", help="write the records to this file")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--tune", action="store_true", help="search the knobs, timing candidates on the GPU")
-    ap.add_argument("--default-knobs", action="store_true", help="GpuSchedule() instead of the model's pick")
+    ap.add_argument("--search", action="store_true", help="the diversity-aware search on the model (no GPU time)")
     ap.add_argument("--compile-only", action="store_true", help="PTX generation only (any host)")
     args = ap.parse_args()
     t0 = time.time()

@@ -99,11 +99,21 @@ def test_the_benchmark_kernels_do_not_spill():
     for c, k, h in ((64, 128, 56), (128, 256, 28), (256, 512, 14), (512, 512, 7)):
         Y, _, _ = conv(32, h, c, k, "float16", None)
         trees.append(Y.loop_tree.lower())
-    ptx = [compile_ptx(t, "sm_90", s).ptx for t in trees for s in (GpuSchedule(), tune_gpu(t, "sm_90").best)]
+    ptx = [compile_ptx(t, "sm_90", s).ptx for t in trees for s in (GpuSchedule(), None, tune_gpu(t, "sm_90").best)]
     found = ptxas.resources(ptx, "sm_90")
     assert len(found) == len(ptx)
     for name, r in found.items():
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["registers"] <= 255, (name, r)
+
+
+def test_without_knobs_the_model_picks_a_preset_for_the_shape():
+    from loopstack.backend.ptx.model import PRESETS
+    small = compile_ptx(gemm(48, 40, 64, "float16", None)[0].loop_tree.lower(), "sm_90")
+    big = compile_ptx(gemm(4096, 4096, 4096, "float16", None)[0].loop_tree.lower(), "sm_90")
+    assert small.schedule.replace(REORDER_INNER=0) in PRESETS and big.schedule.replace(REORDER_INNER=0) in PRESETS
+    assert small.schedule.bm * small.schedule.bn < big.schedule.bm * big.schedule.bn
+    assert big.schedule.WARP_ROW_TILES * big.schedule.WARP_COL_TILES == 16      # 64 x 64 warp tiles
+    assert GpuTarget.of("sm_80").schedule is None and GpuTarget.of("sm_80", CHUNK=4).schedule == GpuSchedule(CHUNK=4)
 
 
 @pytest.mark.parametrize("knob, value", [
@@ -145,3 +155,23 @@ def test_what_tensor_cores_cannot_run_is_unsupported():
         lt.compile(lt.nn.relu(X + X), target="sm_90")
     with pytest.raises(UnsupportedError, match="GPU target 'sm_70'"):
         compile_ptx(lt.nn.relu(X + X).loop_tree.lower(), "sm_70")
+
+
+def test_contractions_the_kernels_cannot_map_are_refused_with_the_reason():
+    a, b, v = np.zeros((32, 16), np.float16), np.zeros((16, 24), np.float16), np.zeros(16, np.float16)
+
+    def case(build):
+        s = lt.SymbolGenerator()
+        return build(s)
+
+    cases = {
+        "is not a matrix product": lambda s: (lt.Tensor(b).to(s.k, s.m) * lt.Tensor(b).to(s.k, s.n)).sum(s.k),
+        "reduces with 'max'": lambda s: (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).max_reduce(s.k),
+        "writes a 1-d output": lambda s: (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(v).to(s.k)).sum(s.k),
+    }
+    for why, build in cases.items():
+        with pytest.raises(UnsupportedError, match=why):
+            lt.compile(case(build), target="sm_90")
+    # A times its own transpose: one array read as both operands
+    k = lt.compile(case(lambda s: (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(a).to(s.n, s.k)).sum(s.k)), target="sm_90")
+    assert not k.contraction.b_kmajor and k.contraction.n == 32

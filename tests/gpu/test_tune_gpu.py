@@ -22,6 +22,10 @@ def test_the_model_prefers_what_a_gpu_rewards():
     # a 256-row GEMM fills only a few SMs with big CTAs: smaller CTAs spread it wider
     small = match(_gemm(256, 256, 4096).loop_tree.lower())
     assert predict_seconds(small, GpuSchedule(1, 1, 2, 2)) < predict_seconds(small, GpuSchedule(2, 4, 4, 2))
+    # an int8 B stored [k, n] is gathered byte by byte: slower than [n, k] through ldmatrix
+    kn = match(gemm(2048, 2048, 2048, "int8", None)[0].loop_tree.lower())
+    nk = match(gemm(2048, 2048, 2048, "int8", None, b_transposed=True)[0].loop_tree.lower())
+    assert predict_seconds(kn, base) > predict_seconds(nk, base)
     # a predicted time is never below the tensor cores' bound
     peak = 132 * 2730 * 1.755e9
     assert con.flops / peak < t()

@@ -796,3 +796,16 @@ def test_a_warp_reconverges_before_a_collective():
     out = np.zeros(32 * 16, np.uint32)
     launch(K.LDMATRIX_AFTER_DIVERGENCE, "ldmatrix_diverged", grid=(1,), block=(32,), args=[m, out])
     np.testing.assert_array_equal(out.reshape(32, 16), _ldmatrix_reference(m))
+
+
+def test_launch_respects_maxntid_and_reqntid():
+    a = np.zeros(256, np.float32)
+    capped = K.VADD.replace(".param .u32 n\n)", ".param .u32 n\n)\n.maxntid 128, 1, 1")
+    exact = K.VADD.replace(".param .u32 n\n)", ".param .u32 n\n)\n.reqntid 64")
+    assert capped != K.VADD and exact != K.VADD
+    launch(capped, "vadd", grid=(2,), block=(128,), args=[a, a, a, 256])
+    launch(exact, "vadd", grid=(4,), block=(64,), args=[a, a, a, 256])
+    with pytest.raises(ArgumentError, match=r"maxntid \(128, 1, 1\)"):
+        launch(capped, "vadd", grid=(1,), block=(256,), args=[a, a, a, 256])
+    with pytest.raises(ArgumentError, match=r"reqntid \(64, 1, 1\)"):
+        launch(exact, "vadd", grid=(2,), block=(32, 2), args=[a, a, a, 256])

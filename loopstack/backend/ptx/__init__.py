@@ -2,15 +2,15 @@
 
     compile_ptx(tree, target="sm_90", schedule=None) -> PtxKernel
 
-`schedule` is a `GpuSchedule` (or a dict of its knobs, see `knobs.py`); None takes the
-defaults.  The tree is matched as a contraction (`match.py`), the knobs are checked against
+`schedule` is a `GpuSchedule` (or a dict of its knobs, see `knobs.py`); None lets the
+analytical model (`model.py`) pick among a few presets for the problem's shape.  The tree is matched as a contraction (`match.py`), the knobs are checked against
 it, and `emit.py` writes the kernel.  `compile_ms` is the PTX generation time; the driver's
 JIT runs on first launch and is reported as `jit_ms`.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ...errors import UnsupportedError
 from ...isa.ptx.mma import mma_for
@@ -24,13 +24,15 @@ TARGETS = ("sm_80", "sm_90")
 
 @dataclass(frozen=True)
 class GpuTarget:
-    """A GPU and the tensor-core schedule to compile for it: `lt.compile(C, target=GpuTarget(...))`."""
+    """A GPU and the tensor-core schedule to compile for it: `lt.compile(C, target=GpuTarget(...))`.
+    A schedule of None lets the analytical model pick the knobs."""
     arch: str = "sm_90"
-    schedule: GpuSchedule = field(default_factory=GpuSchedule)
+    schedule: GpuSchedule | None = None
 
     @staticmethod
     def of(arch: str = "sm_90", **knobs) -> "GpuTarget":
-        return GpuTarget(arch, schedule_from(knobs or None))
+        """GpuTarget("sm_90", GpuSchedule(**knobs)): unnamed knobs keep GpuSchedule's defaults."""
+        return GpuTarget(arch, schedule_from(knobs) if knobs else None)
 
 
 def is_gpu_target(target) -> bool:
@@ -50,6 +52,9 @@ def compile_ptx(tree, target: str = "sm_90", schedule=None) -> PtxKernel:
         raise UnsupportedError(f"GPU target {target!r}: one of {', '.join(TARGETS)}")
     con = match(tree)
     mma = mma_for(con.dtype)
+    if schedule is None:            # the model's pick among a few presets (microseconds)
+        from .model import default_schedule
+        schedule = default_schedule(con, target)
     sched = schedule_from(schedule).check(mma, target, con.b_kmajor, con.conv)
     names = [b.name for b in tree.arguments]
     dtypes = {b.name: b.dtype for b in tree.buffers}

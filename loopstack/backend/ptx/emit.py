@@ -172,7 +172,7 @@ class GemmEmitter:
     # ------------------------------------------------------------------ global -> shared copies
     def _loader_setup(self):
         """Per thread, per chunk it copies: the row-invariant part of its address and bounds."""
-        k, c, T = self.k, self.c, self.s.threads
+        c, T = self.c, self.s.threads
         self.a_chunks, self.b_chunks = [], []
         for tile, out, is_a in ((self.ta, self.a_chunks, True), (self.tb, self.b_chunks, False)):
             for i in range(tile.per_thread):
@@ -197,7 +197,7 @@ class GemmEmitter:
                 out.append(ch)
 
     def _a_rows(self, ch):
-        k, c = self.k, self.c
+        c = self.c
         m = self.op3("add.u32", self.m0, ch["row"])
         ok = self.pand(ch["live"], self.below(m, c.m, self.m_exact))
         mc = self.select(m, 0, ok)             # rows past M read row 0 (and are zero-filled)
@@ -242,7 +242,7 @@ class GemmEmitter:
 
     def _load_stage(self, kt: Reg, stage: Reg):
         """Issue the copies of k-step `kt` into shared stage `stage` (a register 0..stages-1)."""
-        k, c = self.k, self.c
+        c = self.c
         base = self.mad(stage, self.stage_bytes, self.smem)
         b_base = self.op3("add.u32", base, self.ta.bytes)
         k0 = self._k_origin(kt)
@@ -269,7 +269,7 @@ class GemmEmitter:
 
     def _conv_a_offset(self, ch, kk: Reg):
         """Bounds and byte offset of input element (ih0 + r, iw0 + s, c) for reduction index kk."""
-        k, g, c = self.k, self.c.conv, self.c
+        g, c = self.c.conv, self.c
         ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
         ci = self.op3("rem.u32", kk, g.c)
         rs = self.op3("div.u32", kk, g.c)
@@ -395,7 +395,7 @@ class GemmEmitter:
 
     # ------------------------------------------------------------------ epilogue
     def _epilogue(self):
-        k, s, c = self.k, self.s, self.c
+        s, c = self.s, self.c
         g = self.op3("shr.u32", self.lane, 2)
         t = self.op3("and.b32", self.lane, 3)
         row0 = self.op3("add.u32", self.m0, self.mad(self.wm, 16 * s.WARP_ROW_TILES, g))

@@ -58,7 +58,7 @@ class PtxKernel(KernelBase):
 
     def _execute(self, arrays) -> None:
         from ...isa.ptx import driver
-        fn = self.function()
+        self.function()               # JIT first: a PTX the driver rejects fails before any copy
         devs = [driver.DeviceArray.from_host(a) for a in arrays]
         self.launch(*devs)
         for a, d, b in zip(arrays, devs, self.tree.arguments):

@@ -40,6 +40,14 @@ class BoundKernel:
         self.n = n = bx * by * bz
         if n < 1 or n > 1024:
             raise ArgumentError(f"block {block}: a CTA holds 1 to 1024 threads")
+        # the GPU refuses such launches: a kernel compiled for at most (or exactly) these threads
+        limit = entry.thread_limits.get(".maxntid")
+        if limit and n > limit[0] * limit[1] * limit[2]:
+            raise ArgumentError(f"block {block}: entry {entry.name} declares .maxntid {limit} "
+                                f"({limit[0] * limit[1] * limit[2]} threads)")
+        required = entry.thread_limits.get(".reqntid")
+        if required and tuple(block) != required:
+            raise ArgumentError(f"block {block}: entry {entry.name} declares .reqntid {required}")
         self.ctaid = (0, 0, 0)
         lin = np.arange(n, dtype=np.uint32)
         self.specials = {

@@ -97,7 +97,7 @@ class ByteSpace:
             out[sel] = np.where(valid[sel], buf[idx], 0)
             if self.cta_hazards:               # only the bytes read: a row per byte, its lane beside it
                 rows = np.repeat(np.asarray(lanes)[sel], valid[sel].sum(axis=1))
-                self.cta_hazards[r].read(fault, instr, rows, self.cta, idx[valid[sel]][:, None])
+                self._hazards(r).read(fault, instr, rows, self.cta, idx[valid[sel]][:, None])
         return out
 
     def load(self, instr, fault, lanes, addr, size, noncoherent=False) -> np.ndarray:
@@ -114,8 +114,8 @@ class ByteSpace:
             out[sel] = buf[idx]
             if self.cta_hazards:
                 if noncoherent:
-                    self.cta_hazards[r].unwritten(fault, instr, np.asarray(lanes)[sel], idx)
-                self.cta_hazards[r].read(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
+                    self._hazards(r).unwritten(fault, instr, np.asarray(lanes)[sel], idx)
+                self._hazards(r).read(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
         return out
 
     def store(self, instr, fault, lanes, addr, data: np.ndarray):
@@ -129,7 +129,7 @@ class ByteSpace:
             base, buf = self.regions[r][0], self.regions[r][1]
             idx = (addr[sel] - np.uint64(base)).astype(np.int64)[:, None] + step
             if self.cta_hazards:
-                self.cta_hazards[r].write(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
+                self._hazards(r).write(fault, instr, np.asarray(lanes)[sel], self.cta, idx)
             buf[idx] = data[sel]
 
 
@@ -145,7 +145,13 @@ class GlobalMemory(ByteSpace):
             self.addresses.append(base)
             base += (buf.size + _GAP + 255) // 256 * 256
         super().__init__(regions)
-        self.cta_hazards = [Hazards(r[1].size, "global", "CTA", "the launch began", r[0]) for r in self.regions]
+        self.cta_hazards = [None] * len(self.regions)      # made when a region is first touched
+
+    def _hazards(self, r):
+        if self.cta_hazards[r] is None:
+            base, buf = self.regions[r][0], self.regions[r][1]
+            self.cta_hazards[r] = Hazards(buf.size, "global", "CTA", "the launch began", base)
+        return self.cta_hazards[r]
 
 
 class SharedMemory(ByteSpace):

@@ -104,6 +104,7 @@ class Entry:
     shared: list = field(default_factory=list)
     body: list = field(default_factory=list)          # Instr
     labels: dict = field(default_factory=dict)        # label -> index into body
+    thread_limits: dict = field(default_factory=dict)  # ".maxntid" / ".reqntid" -> (x, y, z)
 
 
 @dataclass
@@ -213,9 +214,15 @@ class _Parser:
                     self.next()
             self.next()
         while self.peek()[1] != "{":               # .maxntid, .reqntid, .minnctapersm ...
-            if self.peek()[0] == "eof":
+            kind, text, _ = self.next()
+            if kind == "eof":
                 self.error(f"entry {e.name} has no body")
-            self.next()
+            if text in (".maxntid", ".reqntid"):
+                dims = [int(self.next()[1])]
+                while self.peek()[1] == ",":
+                    self.next()
+                    dims.append(int(self.next()[1]))
+                e.thread_limits[text] = tuple(dims + [1] * (3 - len(dims)))
         self.body(e)
         return e
 

@@ -1,0 +1,101 @@
+"""An analytical model of a GPU running these kernels: it ranks knobs without a GPU.
+
+Per kernel: CTAs per SM from shared memory, threads and registers; waves of CTAs over the
+SMs; per CTA the mma work at the SM's mma.sync rate, derated when a warp issues many
+ldmatrix per mma (small warp tiles), when few warps are resident, and when fewer than 2
+stages leave the copies exposed; the global traffic (each CTA reads BM x K of A and K x BN of
+B) against L2 and DRAM bandwidth; zero-filled tails count as work done.  It ranks knobs; it
+is not a simulator.  The tuner (`loopstack.tune.gpu`) searches with it, and `default_schedule`
+picks a compile's knobs from a few presets with it when none are given.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ...isa.ptx.mma import mma_for
+from .knobs import GpuSchedule
+from .match import Contraction
+
+@dataclass(frozen=True)
+class GpuModel:
+    """Figures of the modelled GPU (defaults: H100 SXM; mma.sync rates, not wgmma's)."""
+    sms: int = 132
+    clock_ghz: float = 1.755
+    # dense tensor-core flops per SM per cycle through mma.sync: about two thirds of the 4096
+    # (f16) that wgmma reaches, as mma.sync kernels measure on Hopper
+    mma_flops_per_sm_cycle: dict = field(default_factory=lambda: {"f16": 2730, "bf16": 2730, "s8": 5460})
+    smem_per_sm: int = 228 * 1024
+    regs_per_sm: int = 65536
+    threads_per_sm: int = 2048
+    max_ctas_per_sm: int = 32
+    dram_gbs: float = 3350.0
+    l2_gbs: float = 10000.0
+    l2_bytes: int = 50 * 1024 * 1024
+
+
+H100 = GpuModel()
+
+
+def registers_per_thread(s: GpuSchedule) -> int:
+    """Accumulators, the A and B fragments of one k-step, and addressing (an estimate)."""
+    acc = 8 * s.WARP_ROW_TILES * s.WARP_COL_TILES
+    frags = 4 * s.WARP_ROW_TILES + 4 * s.WARP_COL_TILES
+    return min(255, acc + frags + 40)
+
+
+def predict_seconds(con: Contraction, s: GpuSchedule, model: GpuModel = H100) -> float:
+    mma = mma_for(con.dtype)
+    smem = s.shared_bytes(mma, con.b_kmajor)
+    regs = registers_per_thread(s) * s.threads
+    per_sm = min(model.smem_per_sm // max(smem, 1), model.regs_per_sm // regs,
+                 model.threads_per_sm // s.threads, model.max_ctas_per_sm)
+    if per_sm < 1:
+        return math.inf
+    tiles_m, tiles_n = -(-con.m // s.bm), -(-con.n // s.bn)
+    bk = s.bk(mma)
+    k_steps = -(-con.k // bk)
+    ctas = tiles_m * tiles_n
+    waves = -(-ctas // (model.sms * per_sm))
+    # one CTA's mma work at the SM rate it shares with the other resident CTAs
+    flops_cta = 2 * s.bm * s.bn * k_steps * bk
+    rate = model.mma_flops_per_sm_cycle[mma.ab] * model.clock_ghz * 1e9
+    # ldmatrix per mma: a warp tile of r x c 16x16 tiles loads r + c fragments for 2rc mmas
+    issue = 1.0 + 0.5 * (s.WARP_ROW_TILES + s.WARP_COL_TILES) / (2 * s.WARP_ROW_TILES * s.WARP_COL_TILES)
+    if mma.ab == "s8" and con.b_kmajor:
+        issue += 1.5     # B gathered byte by byte: 16 shared loads per 32x8 fragment instead of one ldmatrix
+    resident_warps = per_sm * s.warps
+    latency = 1.0 if resident_warps >= 8 else 1.0 + (8 - resident_warps) / 8
+    overlap = {1: 1.6, 2: 1.1, 3: 1.0, 4: 1.0}[s.stages]
+    compute = waves * per_sm * flops_cta / rate * issue * latency * overlap
+    # global traffic: every CTA reads its A rows and B columns once per k-step
+    es = mma.ab_bytes
+    traffic = ctas * k_steps * bk * (s.bm + s.bn) * es
+    unique = (con.m * con.k + con.k * con.n) * es
+    dram = unique if unique < model.l2_bytes else traffic / 2
+    memory = max(traffic / (model.l2_gbs * 1e9), dram / (model.dram_gbs * 1e9))
+    return max(compute, memory) + 3e-6        # plus a launch
+
+
+# presets `default_schedule` chooses from: CTA blocks of 128x256 down to 32x32, warp tiles of
+# 64x64 (smem bandwidth keeps up with mma.sync) down to 32x32 for small problems
+PRESETS = (GpuSchedule(2, 4, 4, 4, 2, 0, 3), GpuSchedule(2, 2, 4, 4, 2, 0, 3), GpuSchedule(2, 4, 4, 2, 2, 0, 3),
+           GpuSchedule(2, 2, 2, 2, 2, 0, 3), GpuSchedule(1, 2, 2, 2, 4, 0, 3), GpuSchedule(1, 1, 2, 2, 4, 0, 4),
+           GpuSchedule(1, 1, 1, 1, 4, 0, 4))
+
+
+def default_schedule(con: Contraction, target: str, model: GpuModel = H100) -> GpuSchedule:
+    """The preset (or its REORDER_INNER=1 twin) the model predicts fastest for `con`."""
+    from ...errors import ScheduleError
+    mma = mma_for(con.dtype)
+    best, best_t = PRESETS[-1], math.inf
+    for base in PRESETS:
+        for s in (base, base.replace(REORDER_INNER=1)):
+            try:
+                s.check(mma, target, con.b_kmajor, con.conv)
+            except ScheduleError:
+                continue
+            t = predict_seconds(con, s, model)
+            if t < best_t:
+                best, best_t = s, t
+    return best
