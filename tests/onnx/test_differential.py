@@ -134,3 +134,14 @@ def test_conv_transpose(groups, cg, kg, k, stride, dil, pads, hw, bias, mode, se
         attrs["output_padding"] = [s - 1 for s in stride]
     node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"], **attrs)
     _run_both([node], {"x": x}, inits)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=4, max_size=4), st.lists(st.integers(1, 3), min_size=2, max_size=2),
+       st.sampled_from([("half_pixel", "round_prefer_floor"), ("asymmetric", "floor")]), st.integers(0, 2 ** 16))
+def test_nearest_resize_by_integer_factors(shape, factors, modes, seed):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    scales = np.array([1, 1, *factors], np.float32)
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
+                            coordinate_transformation_mode=modes[0], nearest_mode=modes[1])
+    _run_both([node], {"x": x}, [("scales", scales)], opset=13)

@@ -475,3 +475,87 @@ def space_to_depth(ctx, input, *, blocksize):  # noqa: A002
         raise ShapeError(f"SpaceToDepth: {h}x{w} does not split into blocks of {b}x{b}")
     return _reshape_transpose_reshape(ctx, input, (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4),
                                       (n, c * b * b, h // b, w // b))
+
+
+# ---------------------------------------------------------------------------- nearest upsampling
+def _upsample(ctx, X, factors, what):
+    """Nearest-neighbour upsampling by integer factors: X read with a unit axis after each
+    upsampled one, multiplied by ones the factor long on it (x * 1 is x), read back merged."""
+    shape = list(X.shape)
+    if all(f == 1 for f in factors):
+        return X
+    if is_const(X):
+        out = X
+        for a, f in enumerate(factors):
+            out = np.repeat(out, f, axis=a)
+        return out
+    grown, ones, final = [], [], []
+    for d, f in zip(shape, factors):
+        grown += [d, 1] if f > 1 else [d]
+        ones += [1, f] if f > 1 else [1]
+        final.append(d * f)
+    v = _regroup(ctx, X, grown)
+    (ta, tb), dims, shp = broadcast([v, const_dyn(np.ones(ones, np.float32), f"{what} ones")], what)
+    return _regroup(ctx, Dyn(ta * tb, dims, shp, v.ops), final)
+
+
+def _integer_factors(X, scales, sizes, axes, what):
+    rank = len(X.shape)
+    axes = list(range(rank)) if axes is None else [norm_axis(a, rank, what) for a in axes]
+    factors = [1] * rank
+    if sizes is not None and len(sizes):
+        for a, n in zip(axes, sizes):
+            if n % X.shape[a]:
+                raise UnsupportedError(f"{what}: size {n} along axis {a}, not a multiple of {X.shape[a]}, is not "
+                                       "supported (integer upsampling only)")
+            factors[a] = n // X.shape[a]
+    elif scales is not None and len(scales):
+        for a, s in zip(axes, scales):
+            if s != int(s) or s < 1:
+                raise UnsupportedError(f"{what}: scale {s} is not supported (integer upsampling only)")
+            factors[a] = int(s)
+    else:
+        raise ShapeError(f"{what}: neither scales nor sizes given")
+    return factors
+
+
+def _floats(x, what):
+    if x is None:
+        return None
+    if not is_const(x):
+        raise UnsupportedError(f"{what} must be a constant")
+    return [float(v) for v in np.asarray(x).reshape(-1)]
+
+
+def _check_nearest(mode, coordinate, nearest, what):
+    if mode != "nearest":
+        raise UnsupportedError(f"{what}: mode {mode!r} is not supported (nearest only)")
+    # with an integer factor f these pick input o // f for output o
+    if (coordinate, nearest) not in {("half_pixel", "round_prefer_floor"), ("half_pixel", "round_prefer_ceil"),
+                                      ("asymmetric", "floor"), ("pytorch_half_pixel", "round_prefer_floor")}:
+        raise UnsupportedError(f"{what}: coordinate_transformation_mode {coordinate!r} with nearest_mode "
+                               f"{nearest!r} is not supported")
+
+
+@converter("Upsample", 9, const=(1,))
+def upsample(ctx, X, scales, *, mode="nearest"):
+    _check_nearest(mode, "asymmetric", "floor", "Upsample")
+    return _upsample(ctx, X, _integer_factors(X, _floats(scales, "Upsample scales"), None, None, "Upsample"),
+                     "Upsample")
+
+
+@converter("Resize", 10, const=(1,))
+def resize_10(ctx, X, scales, *, mode="nearest"):
+    _check_nearest(mode, "asymmetric", "floor", "Resize")
+    return _upsample(ctx, X, _integer_factors(X, _floats(scales, "Resize scales"), None, None, "Resize"), "Resize")
+
+
+@converter("Resize", *versions("Resize", 11), const=(1, 2, 3))
+def resize(ctx, X, roi=None, scales=None, sizes=None, *, antialias=0, axes=None, coordinate_transformation_mode="half_pixel",
+           cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
+           mode="nearest", nearest_mode="round_prefer_floor"):
+    _check_nearest(mode, coordinate_transformation_mode, nearest_mode, "Resize")
+    if keep_aspect_ratio_policy != "stretch" and sizes is not None:
+        raise UnsupportedError(f"Resize: keep_aspect_ratio_policy {keep_aspect_ratio_policy!r} is not supported")
+    factors = _integer_factors(X, _floats(scales, "Resize scales"), _ints(sizes, "Resize sizes"), axes, "Resize")
+    return _upsample(ctx, X, factors, "Resize")
