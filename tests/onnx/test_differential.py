@@ -145,3 +145,23 @@ def test_nearest_resize_by_integer_factors(shape, factors, modes, seed):
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest",
                             coordinate_transformation_mode=modes[0], nearest_mode=modes[1])
     _run_both([node], {"x": x}, [("scales", scales)], opset=13)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=3), st.data(), st.integers(0, 2 ** 16))
+def test_gather_with_constant_indices(shape, data, seed):
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    n = shape[axis]
+    idx = data.draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=6))
+    idx = np.array(idx, np.int64).reshape(data.draw(st.sampled_from([(-1,), (1, -1), (-1, 1)])))
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    _run_both([helper.make_node("Gather", ["x", "i"], ["y"], axis=axis)], {"x": x}, [("i", idx)])
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=3), st.data(), st.integers(0, 2 ** 16))
+def test_tile(shape, data, seed):
+    reps = np.array([data.draw(st.integers(1, 3)) for _ in shape], np.int64)
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    _run_both([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Tile", ["r", "reps"], ["y"])],
+              {"x": x}, [("reps", reps)])

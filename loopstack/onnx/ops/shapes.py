@@ -385,6 +385,9 @@ def constant_of_shape(ctx, input, *, value=None):  # noqa: A002
     return np.full(_ints(input, "ConstantOfShape shape"), v[0], v.dtype)
 
 
+MAX_GATHER_RUNS = 16   # each run of consecutive indices is a part of a concatenation
+
+
 @converter("Gather", *versions("Gather", 1), const=(1,))
 def gather(ctx, data, indices, *, axis=0):
     a = norm_axis(axis, len(data.shape), "Gather")
@@ -395,12 +398,16 @@ def gather(ctx, data, indices, *, axis=0):
     if is_const(data):
         return np.take(data, idx, axis=a)
     if idx.ndim != 0:
+        # the indices as runs of consecutive ones: a slice per run, joined along the axis
         flat = idx.reshape(-1)
-        if flat.size and np.all(np.diff(flat) == 1):   # a contiguous run: a slice
-            v = slice_axis(ctx.ready(data, keep=(a,)), a, int(flat[0]), int(flat.size))
-            return _regroup(ctx, v, list(data.shape[:a]) + list(idx.shape) + list(data.shape[a + 1:])) \
-                if idx.ndim != 1 else v
-        raise UnsupportedError("Gather of a run-time tensor with non-contiguous indices")
+        cuts = [0, *(np.nonzero(np.diff(flat) != 1)[0] + 1), flat.size]
+        if len(cuts) - 1 > MAX_GATHER_RUNS:
+            raise UnsupportedError(f"Gather of a run-time tensor with indices in {len(cuts) - 1} separate runs "
+                                   f"is not supported (at most {MAX_GATHER_RUNS})")
+        src = ctx.ready(data, keep=(a,))
+        parts = [slice_axis(src, a, int(flat[lo]), int(hi - lo), keep=True) for lo, hi in zip(cuts, cuts[1:])]
+        v = parts[0] if len(parts) == 1 else concat(ctx, *parts, axis=a)
+        return _regroup(ctx, v, list(data.shape[:a]) + list(idx.shape) + list(data.shape[a + 1:]))
     v = slice_axis(ctx.ready(data), a, int(idx), 1)
     return Dyn(v.t, [d for i, d in enumerate(v.dims) if i != a], [s for i, s in enumerate(v.shape) if i != a],
                v.ops)
@@ -559,3 +566,18 @@ def resize(ctx, X, roi=None, scales=None, sizes=None, *, antialias=0, axes=None,
         raise UnsupportedError(f"Resize: keep_aspect_ratio_policy {keep_aspect_ratio_policy!r} is not supported")
     factors = _integer_factors(X, _floats(scales, "Resize scales"), _ints(sizes, "Resize sizes"), axes, "Resize")
     return _upsample(ctx, X, factors, "Resize")
+
+
+@converter("Tile", *versions("Tile", 6), const=(1,))
+def tile(ctx, input, repeats):  # noqa: A002
+    reps = _ints(repeats, "Tile repeats")
+    if len(reps) != len(input.shape) or any(r < 1 for r in reps):
+        raise ShapeError(f"Tile: repeats {reps} for shape {tuple(input.shape)}")
+    if is_const(input):
+        return np.tile(input, reps)
+    v = input
+    for a, r in enumerate(reps):
+        if r > 1:   # r copies of one stored value, joined along the axis
+            v = ctx.materialize(v)
+            v = concat(ctx, *[v] * r, axis=a)
+    return v
