@@ -581,3 +581,32 @@ def tile(ctx, input, repeats):  # noqa: A002
             v = ctx.materialize(v)
             v = concat(ctx, *[v] * r, axis=a)
     return v
+
+
+# ---------------------------------------------------------------------------- constant-only operators
+def _fold_only(op: str, first: int, np_fn, n_inputs: int):
+    """An operator loopstack folds when its inputs are constants (the comparisons and selects
+    of exported shape arithmetic) but cannot run: booleans and integers do not reach kernels."""
+    def convert(ctx, *inputs):
+        raise UnsupportedError(f"{op} of a run-time tensor is not supported (only on constants, folded at import)")
+
+    def fold(*inputs):
+        return np.asarray(np_fn(*inputs))
+
+    convert.__name__ = op.lower()
+    converter(op, *versions(op, first), fold=fold)(convert)
+
+
+for _op, _fn, _n in (("Equal", np.equal, 2), ("Less", np.less, 2), ("LessOrEqual", np.less_equal, 2),
+                     ("Greater", np.greater, 2), ("GreaterOrEqual", np.greater_equal, 2),
+                     ("Not", np.logical_not, 1), ("And", np.logical_and, 2), ("Or", np.logical_or, 2),
+                     ("Xor", np.logical_xor, 2), ("Where", np.where, 3), ("Floor", np.floor, 1),
+                     ("Ceil", np.ceil, 1), ("Sign", np.sign, 1)):
+    _fold_only(_op, 7 if _n > 1 else 6, _fn, _n)
+
+
+@converter("CastLike", *versions("CastLike", 15), fold=lambda x, like, saturate=1, round_mode="up": x.astype(like.dtype))
+def cast_like(ctx, input, target_type, *, saturate=1, round_mode="up"):  # noqa: A002
+    if is_const(target_type) and target_type.dtype == np.float32 and not is_const(input):
+        return input
+    raise UnsupportedError("CastLike of a run-time tensor to a type other than float32 is not supported")
