@@ -108,3 +108,22 @@ def test_integer_run_time_inputs_are_unsupported():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(lt.UnsupportedError, match="int32"):
         lt.onnx.load(m)
+
+
+def test_comparisons_and_selects_fold_on_constants_and_refuse_run_time_values():
+    # x.view(x.size(0), -1) as some exporters write it, with an Equal/Where on the shape
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Equal", ["s", "neg"], ["eq"]),
+             helper.make_node("Where", ["eq", "ones", "s"], ["s2"]),
+             helper.make_node("Slice", ["s2", "z", "one"], ["n"]),
+             helper.make_node("Concat", ["n", "neg"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    inits = [("neg", np.array([-1], np.int64)), ("ones", np.array([1], np.int64)), ("z", np.array([0], np.int64)),
+             ("one", np.array([1], np.int64))]
+    m = _model(nodes, [("x", [2, 3, 4])], inits)
+    assert len(lt.onnx.load(m).layers) == 1
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(lt.onnx.compile(m)(x), np.maximum(x.reshape(2, -1), 0))
+    bad = _model([helper.make_node("Greater", ["x", "x"], ["y"], name="cmp")], [("x", [3])])
+    with pytest.raises(lt.UnsupportedError, match=r"node 0 'cmp' \(Greater\): Greater of a run-time tensor"):
+        lt.onnx.load(bad)

@@ -500,15 +500,22 @@ def conv_transpose(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, grou
         raise ShapeError(f"ConvTranspose: kernel_shape {list(kernel_shape)} differs from the weights' {ks}")
     if Cw != C or C % g:
         raise ShapeError(f"ConvTranspose: {C} input channels, weights for {Cw} and {g} groups do not agree")
-    if auto_pad not in ("NOTSET", "VALID"):
-        raise UnsupportedError(f"ConvTranspose: auto_pad {auto_pad!r} is not supported (pads are)")
-    if output_shape is not None:
-        raise UnsupportedError("ConvTranspose: output_shape is not supported (pads and output_padding are)")
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise UnsupportedError(f"ConvTranspose: auto_pad {auto_pad!r} is not supported")
     strides = list(strides or [1] * nsp)
     dil = list(dilations or [1] * nsp)
     extra = list(output_padding or [0] * nsp)
     pads = [0] * (2 * nsp) if auto_pad == "VALID" or pads is None else list(pads)
     span = [(k - 1) * d for k, d in zip(ks, dil)]
+    if output_shape is not None or auto_pad.startswith("SAME"):
+        # the pads that give the requested output (SAME: the input times the stride); the odd
+        # one goes after the input unless SAME_UPPER asks for it before
+        want = list(output_shape)[-nsp:] if output_shape is not None else [e * s for e, s in zip(sp, strides)]
+        pads = [0] * (2 * nsp)
+        for i in range(nsp):
+            total = strides[i] * (sp[i] - 1) + extra[i] + span[i] + 1 - want[i]   # < 0: zeros after
+            first = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            pads[i], pads[i + nsp] = first, total - first
     before = [sp_ - p for sp_, p in zip(span, pads[:nsp])]
     after = [sp_ - p + e - (s - 1) for sp_, p, e, s in zip(span, pads[nsp:], extra, strides)]
     if any(b < 0 for b in before):

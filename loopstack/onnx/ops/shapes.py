@@ -385,6 +385,9 @@ def constant_of_shape(ctx, input, *, value=None):  # noqa: A002
     return np.full(_ints(input, "ConstantOfShape shape"), v[0], v.dtype)
 
 
+MAX_GATHER_RUNS = 16   # each run of consecutive indices is a part of a concatenation
+
+
 @converter("Gather", *versions("Gather", 1), const=(1,))
 def gather(ctx, data, indices, *, axis=0):
     a = norm_axis(axis, len(data.shape), "Gather")
@@ -395,12 +398,16 @@ def gather(ctx, data, indices, *, axis=0):
     if is_const(data):
         return np.take(data, idx, axis=a)
     if idx.ndim != 0:
+        # the indices as runs of consecutive ones: a slice per run, joined along the axis
         flat = idx.reshape(-1)
-        if flat.size and np.all(np.diff(flat) == 1):   # a contiguous run: a slice
-            v = slice_axis(ctx.ready(data, keep=(a,)), a, int(flat[0]), int(flat.size))
-            return _regroup(ctx, v, list(data.shape[:a]) + list(idx.shape) + list(data.shape[a + 1:])) \
-                if idx.ndim != 1 else v
-        raise UnsupportedError("Gather of a run-time tensor with non-contiguous indices")
+        cuts = [0, *(np.nonzero(np.diff(flat) != 1)[0] + 1), flat.size]
+        if len(cuts) - 1 > MAX_GATHER_RUNS:
+            raise UnsupportedError(f"Gather of a run-time tensor with indices in {len(cuts) - 1} separate runs "
+                                   f"is not supported (at most {MAX_GATHER_RUNS})")
+        src = ctx.ready(data, keep=(a,))
+        parts = [slice_axis(src, a, int(flat[lo]), int(hi - lo), keep=True) for lo, hi in zip(cuts, cuts[1:])]
+        v = parts[0] if len(parts) == 1 else concat(ctx, *parts, axis=a)
+        return _regroup(ctx, v, list(data.shape[:a]) + list(idx.shape) + list(data.shape[a + 1:]))
     v = slice_axis(ctx.ready(data), a, int(idx), 1)
     return Dyn(v.t, [d for i, d in enumerate(v.dims) if i != a], [s for i, s in enumerate(v.shape) if i != a],
                v.ops)
@@ -475,3 +482,131 @@ def space_to_depth(ctx, input, *, blocksize):  # noqa: A002
         raise ShapeError(f"SpaceToDepth: {h}x{w} does not split into blocks of {b}x{b}")
     return _reshape_transpose_reshape(ctx, input, (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4),
                                       (n, c * b * b, h // b, w // b))
+
+
+# ---------------------------------------------------------------------------- nearest upsampling
+def _upsample(ctx, X, factors, what):
+    """Nearest-neighbour upsampling by integer factors: X read with a unit axis after each
+    upsampled one, multiplied by ones the factor long on it (x * 1 is x), read back merged."""
+    shape = list(X.shape)
+    if all(f == 1 for f in factors):
+        return X
+    if is_const(X):
+        out = X
+        for a, f in enumerate(factors):
+            out = np.repeat(out, f, axis=a)
+        return out
+    grown, ones, final = [], [], []
+    for d, f in zip(shape, factors):
+        grown += [d, 1] if f > 1 else [d]
+        ones += [1, f] if f > 1 else [1]
+        final.append(d * f)
+    v = _regroup(ctx, X, grown)
+    (ta, tb), dims, shp = broadcast([v, const_dyn(np.ones(ones, np.float32), f"{what} ones")], what)
+    return _regroup(ctx, Dyn(ta * tb, dims, shp, v.ops), final)
+
+
+def _integer_factors(X, scales, sizes, axes, what):
+    rank = len(X.shape)
+    axes = list(range(rank)) if axes is None else [norm_axis(a, rank, what) for a in axes]
+    factors = [1] * rank
+    if sizes is not None and len(sizes):
+        for a, n in zip(axes, sizes):
+            if n % X.shape[a]:
+                raise UnsupportedError(f"{what}: size {n} along axis {a}, not a multiple of {X.shape[a]}, is not "
+                                       "supported (integer upsampling only)")
+            factors[a] = n // X.shape[a]
+    elif scales is not None and len(scales):
+        for a, s in zip(axes, scales):
+            if s != int(s) or s < 1:
+                raise UnsupportedError(f"{what}: scale {s} is not supported (integer upsampling only)")
+            factors[a] = int(s)
+    else:
+        raise ShapeError(f"{what}: neither scales nor sizes given")
+    return factors
+
+
+def _floats(x, what):
+    if x is None:
+        return None
+    if not is_const(x):
+        raise UnsupportedError(f"{what} must be a constant")
+    return [float(v) for v in np.asarray(x).reshape(-1)]
+
+
+def _check_nearest(mode, coordinate, nearest, what):
+    if mode != "nearest":
+        raise UnsupportedError(f"{what}: mode {mode!r} is not supported (nearest only)")
+    # with an integer factor f these pick input o // f for output o
+    if (coordinate, nearest) not in {("half_pixel", "round_prefer_floor"), ("half_pixel", "round_prefer_ceil"),
+                                      ("asymmetric", "floor"), ("pytorch_half_pixel", "round_prefer_floor")}:
+        raise UnsupportedError(f"{what}: coordinate_transformation_mode {coordinate!r} with nearest_mode "
+                               f"{nearest!r} is not supported")
+
+
+@converter("Upsample", 9, const=(1,))
+def upsample(ctx, X, scales, *, mode="nearest"):
+    _check_nearest(mode, "asymmetric", "floor", "Upsample")
+    return _upsample(ctx, X, _integer_factors(X, _floats(scales, "Upsample scales"), None, None, "Upsample"),
+                     "Upsample")
+
+
+@converter("Resize", 10, const=(1,))
+def resize_10(ctx, X, scales, *, mode="nearest"):
+    _check_nearest(mode, "asymmetric", "floor", "Resize")
+    return _upsample(ctx, X, _integer_factors(X, _floats(scales, "Resize scales"), None, None, "Resize"), "Resize")
+
+
+@converter("Resize", *versions("Resize", 11), const=(1, 2, 3))
+def resize(ctx, X, roi=None, scales=None, sizes=None, *, antialias=0, axes=None, coordinate_transformation_mode="half_pixel",
+           cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
+           mode="nearest", nearest_mode="round_prefer_floor"):
+    _check_nearest(mode, coordinate_transformation_mode, nearest_mode, "Resize")
+    if keep_aspect_ratio_policy != "stretch" and sizes is not None:
+        raise UnsupportedError(f"Resize: keep_aspect_ratio_policy {keep_aspect_ratio_policy!r} is not supported")
+    factors = _integer_factors(X, _floats(scales, "Resize scales"), _ints(sizes, "Resize sizes"), axes, "Resize")
+    return _upsample(ctx, X, factors, "Resize")
+
+
+@converter("Tile", *versions("Tile", 6), const=(1,))
+def tile(ctx, input, repeats):  # noqa: A002
+    reps = _ints(repeats, "Tile repeats")
+    if len(reps) != len(input.shape) or any(r < 1 for r in reps):
+        raise ShapeError(f"Tile: repeats {reps} for shape {tuple(input.shape)}")
+    if is_const(input):
+        return np.tile(input, reps)
+    v = input
+    for a, r in enumerate(reps):
+        if r > 1:   # r copies of one stored value, joined along the axis
+            v = ctx.materialize(v)
+            v = concat(ctx, *[v] * r, axis=a)
+    return v
+
+
+# ---------------------------------------------------------------------------- constant-only operators
+def _fold_only(op: str, first: int, np_fn, n_inputs: int):
+    """An operator loopstack folds when its inputs are constants (the comparisons and selects
+    of exported shape arithmetic) but cannot run: booleans and integers do not reach kernels."""
+    def convert(ctx, *inputs):
+        raise UnsupportedError(f"{op} of a run-time tensor is not supported (only on constants, folded at import)")
+
+    def fold(*inputs):
+        return np.asarray(np_fn(*inputs))
+
+    convert.__name__ = op.lower()
+    converter(op, *versions(op, first), fold=fold)(convert)
+
+
+for _op, _fn, _n in (("Equal", np.equal, 2), ("Less", np.less, 2), ("LessOrEqual", np.less_equal, 2),
+                     ("Greater", np.greater, 2), ("GreaterOrEqual", np.greater_equal, 2),
+                     ("Not", np.logical_not, 1), ("And", np.logical_and, 2), ("Or", np.logical_or, 2),
+                     ("Xor", np.logical_xor, 2), ("Where", np.where, 3), ("Floor", np.floor, 1),
+                     ("Ceil", np.ceil, 1), ("Sign", np.sign, 1)):
+    _fold_only(_op, 7 if _n > 1 else 6, _fn, _n)
+
+
+@converter("CastLike", *versions("CastLike", 15), fold=lambda x, like, saturate=1, round_mode="up": x.astype(like.dtype))
+def cast_like(ctx, input, target_type, *, saturate=1, round_mode="up"):  # noqa: A002
+    if is_const(target_type) and target_type.dtype == np.float32 and not is_const(input):
+        return input
+    raise UnsupportedError("CastLike of a run-time tensor to a type other than float32 is not supported")
