@@ -21,7 +21,8 @@ def _mlp_layer():
 
 def test_a_tree_is_built_when_looked_at_and_equals_the_eager_one():
     Y = _mlp_layer()
-    tree = default_schedule(Y)
+    scheduled = default_schedule(Y)
+    tree = LoopTree(scheduled.graph, scheduled.schedule, scheduled.actions)
     assert "items" not in vars(tree)                  # nothing asked for the loops yet
     eager = LoopTree(tree.graph, tree.schedule, tree.actions)
     eager._build()
