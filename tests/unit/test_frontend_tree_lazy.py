@@ -7,7 +7,6 @@ import pytest
 import loopstack as lt
 from loopstack.errors import ScheduleError
 from loopstack.frontend.tree import LoopTree
-from loopstack.tune.defaults import default_schedule
 
 
 def _mlp_layer():
@@ -21,8 +20,7 @@ def _mlp_layer():
 
 def test_a_tree_is_built_when_looked_at_and_equals_the_eager_one():
     Y = _mlp_layer()
-    scheduled = default_schedule(Y)
-    tree = LoopTree(scheduled.graph, scheduled.schedule, scheduled.actions)
+    tree = Y.loop_tree          # (default_schedule looks at its loops: it picks one to run in parallel)
     assert "items" not in vars(tree)                  # nothing asked for the loops yet
     eager = LoopTree(tree.graph, tree.schedule, tree.actions)
     eager._build()
