@@ -13,6 +13,8 @@ raises ArgumentError naming the buffer; a kernel never reads or writes outside a
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..dtypes import dtype as _dtype
@@ -68,9 +70,16 @@ class KernelBase:
 
     def __init__(self, tree: LoopTree):
         self.tree = tree
-        self.flops: int = stats.flops(tree)
-        self.bytes_moved: int = stats.bytes_moved(tree)
         self.compile_ms: float = 0.0
+
+    # work counts of the tree, counted when first asked for: not part of a compile
+    @functools.cached_property
+    def flops(self) -> int:
+        return stats.flops(self.tree)
+
+    @functools.cached_property
+    def bytes_moved(self) -> int:
+        return stats.bytes_moved(self.tree)
 
     # -- the interface ---------------------------------------------------
     @property
