@@ -7,7 +7,8 @@ Starts a local Ray cluster on 127.0.0.1 (a head and a second node process, one C
 `ray start --head --num-cpus 1` and `ray start --address ... --num-cpus 1` would), then
 measures the same candidate schedules of one workload
 
-    local         the local pool, 1 worker process (single-threaded candidates)
+    local         the local pool, 1 worker process (single-threaded candidates), measured
+                  before and after the cluster (the machine's load drifts)
     local x2      2 worker processes
     ray 1 node    one actor on the head node
     ray 2 nodes   one actor per node
@@ -101,15 +102,17 @@ def main(argv=None) -> int:
                      "candidates_per_min": 60 * len(got) / seconds,
                      "overhead_ms": 1e3 * null_seconds / len(nulls)})
 
-    for workers in (1, 2):
+    def local(workers, label):
         with WorkerPool(inputs, reference, workers=workers, threads=1) as pool:
             timed(pool, texts[:2])                                   # workers started
             sec, got = timed(pool, texts)
         with WorkerPool([], None, workers=workers, job=null_job) as pool:
             timed(pool, nulls[:2])
             null_sec, _ = timed(pool, nulls)
-        record("local" if workers == 1 else "local x2", workers, sec, got, null_sec)
+        record(label, workers, sec, got, null_sec)
 
+    local(1, "local")
+    local(2, "local x2")
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, **LOOPBACK})
     try:
         ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
@@ -129,18 +132,21 @@ def main(argv=None) -> int:
     finally:
         ray.shutdown()
         cluster.shutdown()
+    local(1, "local again")      # the machine's load drifts: the baseline before and after
 
-    local = rows[0]
+    base = dict(rows[0], candidates_per_min=(rows[0]["candidates_per_min"] + rows[-1]["candidates_per_min"]) / 2,
+                overhead_ms=(rows[0]["overhead_ms"] + rows[-1]["overhead_ms"]) / 2)
     print(f"{args.workload}: {len(texts)} candidates, each single-threaded; machine: {os.cpu_count()} cores "
           f"(load average {os.getloadavg()[0]:.1f})")
     print(f"{'pool':<12} {'nodes':>5} {'cand/min':>9} {'vs local':>9} {'ok':>4} {'overhead ms':>12}")
     for r in rows:
-        r["speedup_vs_local"] = r["candidates_per_min"] / local["candidates_per_min"]
+        r["speedup_vs_local"] = r["candidates_per_min"] / base["candidates_per_min"]
         print(f"{r['name'][13:].replace('_', ' '):<12} {r['nodes']:5d} {r['candidates_per_min']:9.0f} "
               f"{r['speedup_vs_local']:8.2f}x {r['ok']:4d} {r['overhead_ms']:12.2f}")
     one, two = rows[2], rows[3]
     print(f"ray: 2 nodes / 1 node throughput {two['candidates_per_min'] / one['candidates_per_min']:.2f}x; "
-          f"overhead per candidate over the local pool {one['overhead_ms'] - local['overhead_ms']:+.2f} ms")
+          f"overhead per candidate over the local pool {one['overhead_ms'] - base['overhead_ms']:+.2f} ms "
+          f"(vs local: against the mean of the two local runs)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -66,6 +66,7 @@ def connected(address: str):
     ray = _ray()
     started = False
     if not ray.is_initialized():
+        _check_reachable(address)
         try:
             ray.init(address=address, log_to_driver=False, logging_level="ERROR", namespace="loopstack")
         except (ConnectionError, ValueError, RuntimeError) as e:
@@ -77,6 +78,22 @@ def connected(address: str):
     finally:
         if started:
             ray.shutdown()
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """A HOST:PORT (or ray://HOST:PORT) nothing answers at fails now: Ray itself would retry
+    for minutes. "auto" is Ray's to resolve."""
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ArgumentError(f"cluster: expected 'auto', 'HOST:PORT' or 'ray://HOST:PORT', got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ClusterError(f"no Ray cluster answers at {address!r} ({e.strerror or e}); start one with "
+                           "`ray start --head` and pass the address it prints") from None
 
 
 class Measurer:

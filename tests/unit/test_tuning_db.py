@@ -11,7 +11,7 @@ import pytest
 
 import loopstack as lt
 from loopstack.cli import main
-from loopstack.errors import ArgumentError, UnsupportedError
+from loopstack.errors import ArgumentError, ClusterError, UnsupportedError
 from loopstack.isa import cpu
 from loopstack.isa.target import get_target
 from loopstack.tune import cluster as tcluster
@@ -180,4 +180,20 @@ def test_cluster_arguments_are_checked(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)         # Ray not installed
     with pytest.raises(UnsupportedError, match=r"pip install 'loopstack\[cluster\]'"):
         with tcluster.connected("auto"):
+            pass
+
+
+def test_an_address_nothing_answers_at_fails_at_once():
+    """Ray would retry a wrong address for minutes."""
+    import socket
+
+    pytest.importorskip("ray", reason="the cluster extra (Ray) is not installed")
+    with pytest.raises(ArgumentError, match="cluster: expected"):
+        with tcluster.connected("head-without-port"):
+            pass
+    with socket.socket() as sock:           # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ClusterError, match="no Ray cluster answers at '127.0.0.1:"):
+        with tcluster.connected(f"127.0.0.1:{port}"):
             pass
