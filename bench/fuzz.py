@@ -470,6 +470,12 @@ def _close(got, ref) -> bool:
     return bool(np.allclose(got.astype(np.float32), ref, rtol=tol, atol=tol * scale, equal_nan=False))
 
 
+def tuned_default(tree):
+    from loopstack.tune.defaults import default_schedule as generated
+
+    return generated(tree)
+
+
 def family_of(seed: int, index: int) -> str:
     return random.Random(seed * 1_000_003 + index).choice(list(FAMILIES))
 
@@ -478,6 +484,8 @@ def build_case(seed: int, index: int):
     rnd = random.Random(seed * 1_000_003 + index)
     name, T, ref = random_program(rnd)
     tree = lt.LoopTree(T.ir, default_schedule(T.ir))
+    if rnd.random() < 0.35:            # from loopstack's own default schedule (register blocks, packing)
+        tree = tuned_default(tree)
     tree, log = random_schedule(rnd, tree, rnd.randint(0, 10))
     return name, T, ref, tree, log
 
