@@ -534,6 +534,8 @@ def run_case(seed: int, index: int, targets, verbose: bool = False) -> dict:
 
 def _child(seed, index, targets, wfd):
     # the child: run the case, write one JSON line, leave without running the parent's atexit
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         res = run_case(seed, index, targets)
         os.write(wfd, (json.dumps(res) + "\n").encode())
@@ -556,6 +558,17 @@ def run_cases(seed: int, indices, targets, jobs: int = 1, timeout: float = 60.0,
     pending = list(indices)
     running: dict[int, tuple] = {}      # pid -> (index, read fd, start, chunks)
     results = []
+    try:
+        _loop(seed, pending, running, results, targets, jobs, timeout, progress)
+    except KeyboardInterrupt:           # stopped early: the cases finished so far still count
+        for pid, (_, fd, _, _) in running.items():
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(fd)
+    return results
+
+
+def _loop(seed, pending, running, results, targets, jobs, timeout, progress):
     while pending or running:
         while pending and len(running) < jobs:
             index = pending.pop(0)
@@ -599,7 +612,6 @@ def run_cases(seed: int, indices, targets, jobs: int = 1, timeout: float = 60.0,
                 results.append(res)
                 if progress:
                     progress(res, len(results))
-    return results
 
 
 COUNTED = ("wrong", "crash", "hang", "exception", "late")
@@ -637,6 +649,10 @@ def main(argv=None) -> int:
         elif not a.quiet and done % 100 == 0:
             print(f"... {done}/{a.n} cases, {time.monotonic() - t0:.0f} s", flush=True)
 
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)       # `kill` ends the run with the summary of what ran
     results = run_cases(a.seed, range(a.start, a.start + a.n), targets, a.jobs, a.timeout, progress)
     line = summary(results, a.seed, targets)
     print(line)
