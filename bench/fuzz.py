@@ -470,6 +470,12 @@ def _close(got, ref) -> bool:
     return bool(np.allclose(got.astype(np.float32), ref, rtol=tol, atol=tol * scale, equal_nan=False))
 
 
+def tuned_default(tree):
+    from loopstack.tune.defaults import default_schedule as generated
+
+    return generated(tree)
+
+
 def family_of(seed: int, index: int) -> str:
     return random.Random(seed * 1_000_003 + index).choice(list(FAMILIES))
 
@@ -478,6 +484,8 @@ def build_case(seed: int, index: int):
     rnd = random.Random(seed * 1_000_003 + index)
     name, T, ref = random_program(rnd)
     tree = lt.LoopTree(T.ir, default_schedule(T.ir))
+    if rnd.random() < 0.35:            # from loopstack's own default schedule (register blocks, packing)
+        tree = tuned_default(tree)
     tree, log = random_schedule(rnd, tree, rnd.randint(0, 10))
     return name, T, ref, tree, log
 
@@ -526,6 +534,8 @@ def run_case(seed: int, index: int, targets, verbose: bool = False) -> dict:
 
 def _child(seed, index, targets, wfd):
     # the child: run the case, write one JSON line, leave without running the parent's atexit
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         res = run_case(seed, index, targets)
         os.write(wfd, (json.dumps(res) + "\n").encode())
@@ -548,6 +558,17 @@ def run_cases(seed: int, indices, targets, jobs: int = 1, timeout: float = 60.0,
     pending = list(indices)
     running: dict[int, tuple] = {}      # pid -> (index, read fd, start, chunks)
     results = []
+    try:
+        _loop(seed, pending, running, results, targets, jobs, timeout, progress)
+    except KeyboardInterrupt:           # stopped early: the cases finished so far still count
+        for pid, (_, fd, _, _) in running.items():
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(fd)
+    return results
+
+
+def _loop(seed, pending, running, results, targets, jobs, timeout, progress):
     while pending or running:
         while pending and len(running) < jobs:
             index = pending.pop(0)
@@ -591,7 +612,6 @@ def run_cases(seed: int, indices, targets, jobs: int = 1, timeout: float = 60.0,
                 results.append(res)
                 if progress:
                     progress(res, len(results))
-    return results
 
 
 COUNTED = ("wrong", "crash", "hang", "exception", "late")
@@ -629,6 +649,10 @@ def main(argv=None) -> int:
         elif not a.quiet and done % 100 == 0:
             print(f"... {done}/{a.n} cases, {time.monotonic() - t0:.0f} s", flush=True)
 
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)       # `kill` ends the run with the summary of what ran
     results = run_cases(a.seed, range(a.start, a.start + a.n), targets, a.jobs, a.timeout, progress)
     line = summary(results, a.seed, targets)
     print(line)

@@ -503,6 +503,32 @@ def _():
     _mm_tree().annotate(0, "parallel").swap_loops(0, 1)
 
 
+@case("add-loop-pushes-parallel-inward", lt.ScheduleError,
+      r"add_loop L0 'n': refused, loop m \(L1\) runs in parallel but is nested 1 deep")
+def _():
+    _mm_tree().annotate(0, "parallel").add_loop(0, "n")
+
+
+@case("add-loop-races-in-parallel", lt.ScheduleError,
+      r"refused, loop m \(L0\) runs in parallel but %5 does not iterate m: its iterations would race")
+def _():
+    t = _mm_tree()
+    t = t.copy_input(3, 1)                   # %5 <- copy(B), a nest of its own before the multiply
+    m = next(r for r in t.loops if t.item(r).entry[0] == "m" and t.item(r).depth == 0)
+    t = t.annotate(m, "parallel")
+    t.add_loop(t.ref_of(5), m)
+
+
+@case("add-loop-over-a-flattened-dimension", lt.ScheduleError,
+      r"add_loop L3, L4: %1 writes along b_c \(its flattened dimension\)")
+def _():
+    s = lt.SymbolGenerator()
+    F = lt.Tensor(z(4, 1, 3)).to(s.a, s.b, s.c).flatten(s.b, s.c)
+    T = F + lt.Tensor(z(3)).to(F.symbolic_shape[1])
+    t = tree_of(T)                 # a, b_c (the add) and a, b, c (the flatten) share the a loop
+    t.add_loop(3, 4)
+
+
 @case("set-order-malformed", lt.ScheduleError, r"set_order %2: an order is \(var, count, tail\) entries")
 def _():
     _mm_tree().set_order(2, [("m", "x")])
@@ -596,8 +622,13 @@ def _():
 
 @case("target-cpu-lacks", lt.UnsupportedError, r"this CPU lacks avx512\w+.* \(needed by target avx512\)")
 def _():
-    from loopstack.isa import target as tg
-    tg._check(tg.TARGETS["avx512"], frozenset({"avx", "avx2", "fma", "f16c"}))
+    from loopstack.isa import cpu
+    real = cpu.cpu_features
+    cpu.cpu_features = lambda: frozenset({"sse2", "avx", "avx2", "fma", "f16c"})   # an AVX2-only CPU
+    try:
+        mm(3, 3, 3).compile("avx512")
+    finally:
+        cpu.cpu_features = real
 
 
 @case("kernel-after-close", lt.LoopstackError, "this kernel was closed; its code is unmapped")

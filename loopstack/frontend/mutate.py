@@ -223,6 +223,9 @@ def _add_node_loop(tree: LoopTree, node_ref: int, loop_ref: int) -> LoopTree:
     n = g.node(nid)
     if v in g.domain(n):
         raise ScheduleError(f"{where}: %{nid} already iterates {v}; split or swap its own loops instead")
+    if v in n.vars:
+        raise ScheduleError(f"{where}: %{nid} writes along {v} (its flattened dimension); it cannot "
+                            f"also repeat under a loop over {v}")
     if n.op == "reduce":
         raise ScheduleError(f"{where}: %{nid} is a reduction; repeating it under loop {v} would add its "
                             "terms again")

@@ -80,7 +80,7 @@ def check_order(graph: Graph, node, order) -> None:
     for v, s, t in order:
         # a loop over a dimension the node does not need repeats it (add_loop(node, loop)):
         # harmless for a value computed again, wrong for a reduction adding its terms again
-        if v not in dom and (node.op == "reduce" or v not in graph.vars):
+        if v not in dom and (node.op == "reduce" or v not in graph.vars or v in node.vars):
             raise ScheduleError(f"%{node.id}: loop over {v}, which is not one of its dimensions "
                                 f"[{', '.join(dom)}]")
         if s < 1 or t < 0:
@@ -92,11 +92,33 @@ def check_order(graph: Graph, node, order) -> None:
 
 
 def check_annotations(tree, action=None) -> None:
-    """A tree whose loops carry `vectorize` or `parallel` is compiled right away by the backend
-    that honours them (the kernel is cached for the compile that follows): a mutation that
-    leaves an annotation the code generator cannot keep is refused here, naming why, instead of
-    failing later when the tree is compiled."""
-    if not any(a in ("vectorize", "parallel") for _, ns in tree.schedule for _, a in ns.annotations):
+    """Refuse a tree whose annotations the code generator cannot keep, naming why, instead of
+    letting it fail later when compiled. A `parallel` loop must be outermost, and every node in
+    it must iterate its dimension without reducing over it (else the iterations would race on
+    one output); that is checked here, cheaply, as the tuner annotates every candidate. Whether
+    a `vectorize` loop's accesses allow it only the backend knows: a tree carrying one is
+    compiled right away (the kernel is cached for the compile that follows)."""
+    what = "schedule" if action is None else action.kind + "".join(
+        f" L{a}" if isinstance(a, int) else f" {a!r}" for a in action.args)
+    g = tree.graph
+    vectorized = False
+    for it in tree.items:
+        if it.kind != "loop" or not it.annotation:
+            continue
+        vectorized |= it.annotation == "vectorize"
+        if it.annotation != "parallel":
+            continue
+        v = it.entry[0]
+        if it.depth != 0:
+            raise ScheduleError(f"{what}: refused, loop {v} (L{it.ref}) runs in parallel but is nested "
+                                f"{it.depth} deep; only an outermost loop can")
+        for i in it.leaves:
+            n = g.node(i)
+            if v not in g.domain(n) or v in g.reduced(n):
+                raise ScheduleError(f"{what}: refused, loop {v} (L{it.ref}) runs in parallel but %{i} "
+                                    f"{'reduces over' if v in g.domain(n) else 'does not iterate'} {v}: "
+                                    "its iterations would race on one output")
+    if not vectorized:
         return
     from ..errors import LoopstackError
     from .run import compile_tree, default_target
@@ -106,8 +128,6 @@ def check_annotations(tree, action=None) -> None:
     try:
         compile_tree(tree)
     except ScheduleError as e:
-        what = "schedule" if action is None else action.kind + "".join(
-            f" L{a}" if isinstance(a, int) else f" {a!r}" for a in action.args)
         raise ScheduleError(f"{what}: refused, the annotated loops would not compile: {e}") from None
     except LoopstackError:
         pass    # not the schedule's doing (an integer program has no x86 code); compile says so
@@ -225,6 +245,8 @@ class LoopTree:
                     break
                 k += 1
             path = open_path[:k]
+            for d, L in enumerate(path):     # a shared loop keeps any of its nodes' annotations
+                L["ann"] = L["ann"] or ns.annotation(d)
             for d in range(k, len(ns.order)):
                 L = {"entry": ns.order[d], "children": [], "nodes": set(), "ann": ns.annotation(d),
                      "uid": len(loops)}

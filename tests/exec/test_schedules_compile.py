@@ -28,10 +28,13 @@ def _close(got, ref):
 
 
 @settings(deadline=None)
-@given(program=st.integers(0, 2 ** 32 - 1), schedule=st.integers(0, 2 ** 32 - 1), steps=st.integers(1, 12))
-def test_every_accepted_tree_compiles_and_computes_numpys_result(program, schedule, steps):
+@given(program=st.integers(0, 2 ** 32 - 1), schedule=st.integers(0, 2 ** 32 - 1), steps=st.integers(1, 12),
+       generated=st.booleans())
+def test_every_accepted_tree_compiles_and_computes_numpys_result(program, schedule, steps, generated):
     name, T, ref = fuzz.random_program(random.Random(program))
     tree = lt.LoopTree(T.ir, default_schedule(T.ir))
+    if generated:                         # from loopstack's own default schedule
+        tree = fuzz.tuned_default(tree)
     rnd = random.Random(schedule)
     for _ in range(steps):
         kind, args = fuzz.random_action(rnd, tree)
