@@ -3,8 +3,9 @@
     python3 tests/x86_code_hashes.py --record     rewrite tests/x86_code_hashes.json (deliberately)
     python3 tests/x86_code_hashes.py              compare and list the trees whose code changed
 
-The trees: every workload of loopstack.workloads with its default schedule and unscheduled, and
-loop trees drawn by the test strategies under a fixed seed. The targets are the host-independent
+The trees: every workload of loopstack.workloads with its default schedule and unscheduled, every
+operator of bench/loopnest.py with its hand-written schedule, and loop trees drawn by the test
+strategies under a fixed seed. The targets are the host-independent
 descriptions (fixed caches), so the code does not depend on the machine that emits it.
 Refactorings of the code generator keep these hashes; a change of the generated code re-records them.
 """
@@ -30,6 +31,8 @@ def _digest(segments) -> str:
 
 
 def workload_trees(target):
+    """Every workload with its default schedule (the small ones unscheduled too), and every
+    operator of bench/loopnest.py with its hand-written schedule."""
     from loopstack.tune.defaults import default_schedule
     from loopstack.workloads import WORKLOADS
 
@@ -38,6 +41,11 @@ def workload_trees(target):
         yield f"{name}/default", default_schedule(Y, target).lower()
         if w.kind in ("mm", "conv", "dwconv") and w.flops < 2e8:
             yield f"{name}/plain", Y.loop_tree.lower()
+    sys.path.insert(0, str(HERE.parent / "bench"))
+    from loopnest import operators
+
+    for name, (build, _) in operators(target.name).items():
+        yield f"loopnest-{name}", build()
 
 
 def drawn_trees():
