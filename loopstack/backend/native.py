@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from operator import is_
 
@@ -40,13 +39,15 @@ _ISAS = {
     "aarch64": ("loopstack.backend.aarch64.emitter", "A64Emitter", "loopstack.isa.aarch64.assembler"),
 }
 
-_POOL: ThreadPoolExecutor | None = None
+_POOL = None       # the parallel loops' ThreadPoolExecutor, made at the first parallel call
 _UNBOUND = (object(),)      # no call's arguments are these
 
 
-def _pool() -> ThreadPoolExecutor:
+def _pool():
     global _POOL
     if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor   # not on the first call's import path
+
         _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="loopstack")
     return _POOL
 
