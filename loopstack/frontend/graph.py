@@ -127,6 +127,12 @@ def view_source_index(view: GNode, source: GNode, idx: dict) -> dict:
     return out
 
 
+def _selects(view: GNode) -> bool:
+    """Whether a view reads part of its source (a slice, shift or stride), not all of it renamed,
+    reordered or padded."""
+    return not view.pad and not all(len(t) == 1 and t[0][1] == 1 and c == 0 for t, c in view.view)
+
+
 def _names(nodes) -> dict:
     """Unique, deterministic names for the symbols of a program (first appearance order)."""
     names, taken = {}, set()
@@ -225,6 +231,12 @@ def canonicalize(out, sizes) -> tuple[Graph, list]:
             ids[id(n)] = emit(op="const", value=n.value, dtype=None)
         elif n.op == "view":
             src = nodes[ids[id(n.inputs[0])]]
+            if n.pad and src.op == "view" and _selects(src):
+                # a padded read is zero outside the bounds of the buffer it reads: a pad of a
+                # slice, shift or stride of one pads what that view selected only once the view
+                # is a buffer of its own (else it would read the rest of the buffer as padding).
+                # A pad of a pad composes exactly: each covers all of its source.
+                src = nodes[emit(op="copy", fn="copy", inputs=(src.id,), vars=src.vars, dtype=src.dtype)]
             exprs = []
             for e in n.view:
                 terms, const = e.resolve(lambda s: sizes.get(s))

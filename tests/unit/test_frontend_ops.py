@@ -269,3 +269,16 @@ def test_results_the_caller_keeps_are_never_overwritten(target):
     close(second, a2 @ b)
     del first, second                    # dropped: the next call may reuse that memory
     close(run(C, target), a2 @ b)
+
+
+@pytest.mark.parametrize("start, stride, pre, post", [(4, 1, 2, 2), (0, 2, 1, 1), (3, 2, 0, 4), (1, 1, 3, 0),
+                                                     (2, 3, 2, 1)])
+def test_a_pad_of_a_slice_is_zero_outside_the_slice(target, start, stride, pre, post):
+    """A padded read is zero outside the buffer it reads; padding a slice, shift or stride of a
+    buffer must give zeros outside the slice, not the buffer's other elements."""
+    x = np.arange(1, 13, dtype=np.float32)
+    a, m = lt.symbols("a m")
+    X = lt.Tensor(x).to(a)
+    got = run(X[stride * m + start].pad(m, pre, post), target)
+    want = np.pad(x[start::stride], (pre, post))
+    np.testing.assert_array_equal(got, want)
