@@ -466,7 +466,8 @@ def default_schedule(tensor, target=None):
     sched = dict(tree._sched)
     plans = {}
     for n in g.nodes:
-        if n.op in SCHEDULED and g.reduced(n):
+        # a reduction to a 0-d output (a full sum) has no output block to plan: it keeps its order
+        if n.op in SCHEDULED and g.reduced(n) and n.vars:
             plans[n.id] = plan(g, n, tgt)
     if not plans:
         return _elementwise(tree, tgt)

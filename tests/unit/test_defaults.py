@@ -183,3 +183,11 @@ def test_a_core_with_one_load_port_takes_depthwise_blocks_its_loads_keep_up_with
     two = rank_blocks(14, 60, dataclasses.replace(a57, load_ports=2), depthwise=True)[0]
     assert one.mr > 1 and (one.mr + 1) / one.mr < 1.5          # loads per FMA: 1 + 1/mr
     assert (one.mr, one.nv) != (two.mr, two.nv)
+
+
+def test_a_full_reduction_to_a_scalar_gets_a_default_schedule():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a, b = lt.symbols("a b")
+    for Y in (lt.Tensor(x).to(a, b).sum(a, b), lt.Tensor(x).to(a, b).sum(b).sum(a) * 2):
+        Y.set(default_schedule(Y))          # raised IndexError on the 0-d output
+        assert float(Y.numpy()) in (x.sum(), 2 * x.sum())
