@@ -38,6 +38,7 @@ class NodeSchedule:
     layout: tuple[str, ...]
     disabled: frozenset = frozenset()            # depths whose loop must not be reused
     annotations: tuple[tuple[int, str], ...] = ()  # (depth, "unroll" | "vectorize" | "parallel")
+    tensorize: str = ""                          # "auto" or a tensorized instruction (mutate.tensorize)
 
     def annotation(self, depth: int) -> str:
         for d, a in self.annotations:
@@ -96,7 +97,8 @@ def check_annotations(tree, action=None) -> None:
     that honours them (the kernel is cached for the compile that follows): a mutation that
     leaves an annotation the code generator cannot keep is refused here, naming why, instead of
     failing later when the tree is compiled."""
-    if not any(a in ("vectorize", "parallel") for _, ns in tree.schedule for _, a in ns.annotations):
+    if not any(a in ("vectorize", "parallel") for _, ns in tree.schedule for _, a in ns.annotations) and \
+            not any(ns.tensorize for _, ns in tree.schedule):
         return
     from ..errors import LoopstackError
     from .run import compile_tree, default_target
