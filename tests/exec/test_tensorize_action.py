@@ -186,3 +186,27 @@ def test_a_contraction_beside_other_statements(target):
         assert kernel.tensorized is not None
         np.testing.assert_array_equal(c, ref)
         np.testing.assert_array_equal(d, 3 * ref)
+
+
+@pytest.mark.aarch64
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(M=st.integers(1, 6), panels=st.integers(1, 2), K=st.integers(1, 24), rows=st.integers(1, 3),
+       a_dt=st.sampled_from(["int8", "uint8"]), seed=st.integers(0, 99))
+def test_sdot_on_the_schedules_loops(M, panels, K, rows, a_dt, seed):
+    """AArch64 (Apple M1 preset, run in unicorn): the schedule's block around sdot / udot."""
+    from a64_run import run_kernel
+    from unittest import mock
+
+    m1 = get_target("neon", cpu="apple-m1", check=False)
+    rows = min(rows, M)
+    N = 4 * panels * 2
+    C, args, ref = program(M, N, K, a_dt, seed)
+    order = [("n", 2, 0), ("m", M // rows, M % rows), ("k", K, 0), ("m", rows, 0), ("n", panels, 0), ("n", 4, 0)]
+    with mock.patch("loopstack.frontend.run.default_target", lambda: "interp"):   # checked below, for m1
+        tree = scheduled(C.loop_tree, order)
+        tree = tree.tensorize(tree.ref_of(3))
+    kernel = tree.compile(m1)
+    assert kernel.tensorized in ("sdot.4s.elem", "udot.4s.elem")
+    out = np.zeros((M, N), np.int32)
+    run_kernel(kernel, args + [out])
+    np.testing.assert_array_equal(out, ref)
