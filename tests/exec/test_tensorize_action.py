@@ -210,3 +210,27 @@ def test_sdot_on_the_schedules_loops(M, panels, K, rows, a_dt, seed):
     out = np.zeros((M, N), np.int32)
     run_kernel(kernel, args + [out])
     np.testing.assert_array_equal(out, ref)
+
+
+@needs_x86
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_padded_convolution_on_its_own_loops(target, monkeypatch):
+    """The frontend's padded int8 x int8 convolution: the sum tensorized in the frontend's loop
+    order (channels outermost), activations shifted by 128 and compensated, exact."""
+    monkeypatch.setattr("loopstack.frontend.run.default_target", lambda: "interp")
+    lanes = get_target(target).vector_bits // 32
+    rng = np.random.default_rng(3)
+    x, w = ints(rng, "int8", (8, 6, 7)), ints(rng, "int8", (lanes, 8, 3, 3))
+    s = lt.SymbolGenerator()
+    X = lt.nn.pad(lt.Tensor(x).to(s.c, s.h, s.w), (s.h, 1), (s.w, 1))
+    Y = lt.nn.conv(X, lt.Tensor(w).to(s.co, s.c, s.kh, s.kw), X.symbolic_shape[1:], [s.kh, s.kw])
+    tree = Y.loop_tree
+    tree = tree.tensorize(tree.ref_of(next(n.id for n in tree.graph.nodes if n.op == "reduce")))
+    xp = np.pad(x.astype(np.int32), ((0, 0), (1, 1), (1, 1)))
+    ref = sum(np.einsum("chw,oc->hwo", xp[:, i:i + 6, j:j + 7], w[:, :, i, j].astype(np.int32))
+              for i in range(3) for j in range(3))
+    kernel = tree.compile(target)
+    assert kernel.tensorized is not None
+    out = np.zeros((6, 7, lanes), np.int32)
+    kernel(x, w, out)
+    np.testing.assert_array_equal(out, ref)
