@@ -127,13 +127,9 @@ def scripted(session):
     default that is already blocked and packed is refined rather than discarded).  While
     budget remains, the steps repeat around the best schedule, its register block swept
     again with its order and staging kept, until a round improves nothing."""
-    from . import tensorized
-
-    best = session.start_best
-    if tensorized.is_integer_contraction(session):
-        return tensorized.search(session, best)     # its outer loops around the instruction
     blocks = _blocks_biggest_first(session.target)
     kcs = _reduction_tiles(session)
+    best = session.start_best
     # each block also with each input packed where it is reused: whether a block wins can
     # depend on its operand being packed (a convolution's weights panel, read with a
     # 1 KiB stride unpacked), so step 3 alone would judge the blocks on the wrong layout
@@ -358,3 +354,7 @@ def evolutionary(session, population: int = 12, batch: int = 4, rounds: int | No
 
 MAPPERS = {"scripted": scripted, "exhaustive": exhaustive, "random": random_search,
            "evolutionary": evolutionary}
+
+# an integer contraction is searched on its tensorized instruction by every mapper (tune.tensorized)
+from .tensorized import tensorized_first  # noqa: E402 - it imports this module's helpers lazily
+MAPPERS = {name: tensorized_first(fn) for name, fn in MAPPERS.items()}

@@ -11,7 +11,7 @@ would vary, so an integer contraction is searched here instead of by the float m
 """
 from __future__ import annotations
 
-from .space import Plan, cache_tiles, register_blocks
+from .space import Plan, cache_tiles, register_blocks, window_permutations
 
 
 def is_integer_contraction(session) -> bool:
@@ -71,7 +71,26 @@ def plans(session) -> list[Plan]:
 
 
 def search(session, best):
-    """The best (GFLOPS, plan) of the tensorized plans, `best` (the start) competing."""
-    from .mappers import _keep_best
+    """The best (GFLOPS, plan): the tensorized plans, then the orders of the loops above the
+    best one's register block (the innermost rows and lane panel stay innermost); `best` (the
+    start) competes throughout."""
+    from .mappers import _block_depth, _keep_best
 
-    return _keep_best(session, plans(session), best)
+    best = _keep_best(session, plans(session), best)
+    if best[1].tensorize and not session.exhausted():
+        order = best[1].order
+        n = len(order) - _block_depth(session, order)
+        best = _keep_best(session, [Plan(best[1].tiles, tuple(o) + tuple(order[n:]), (), "auto")
+                                    for o in window_permutations(tuple(order[:n]), 0, 5)], best)
+    return best
+
+
+def tensorized_first(mapper):
+    """`mapper`, except that an integer contraction is searched on its instruction (a float
+    mapper's plans would all compile to the backend's one default block)."""
+    def run(session):
+        if is_integer_contraction(session):
+            return search(session, session.start_best)
+        return mapper(session)
+    run.__name__, run.__doc__ = mapper.__name__, mapper.__doc__
+    return run

@@ -51,11 +51,11 @@ def test_tensorized_plans_realize_replay_and_are_exact():
         np.testing.assert_array_equal(C.numpy(), ref)
 
 
-@pytest.mark.parametrize("cost_model", ["measure", "analytical"])
-def test_tune_searches_the_tensorized_outer_loops(tmp_path, cost_model):
+@pytest.mark.parametrize("mapper,cost_model", [("scripted", "measure"), ("evolutionary", "analytical")])
+def test_tune_searches_the_tensorized_outer_loops(tmp_path, mapper, cost_model):
     C, ref = gemm()
     db = tmp_path / "tuning.db"
-    res = tune(C, budget_s=1.0, mapper="scripted", cost_model=cost_model,
+    res = tune(C, budget_s=1.0, mapper=mapper, cost_model=cost_model,
                config=TuneConfig(db_path=str(db), timeout_s=10, runs=2))
     assert res.gflops >= res.default_gflops > 0
     assert res.measured >= 2
