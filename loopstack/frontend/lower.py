@@ -272,7 +272,8 @@ def emit(ctx: Ctx, buffers, rename) -> IRTree:
         # flatten writes a flat index: its buffer dims are its own vars, not a renamed layout
         stmts[i] = replace(c, out=_fix_access(replace(c.out, buffer=f"#{b}"), rename, g),
                            expr=_fix_expr(c.expr, rename, g),
-                           post=_fix_expr(c.post, rename, g) if c.post is not None else None)
+                           post=_fix_expr(c.post, rename, g) if c.post is not None else None,
+                           tensorize=t.node_schedule(i).tensorize if i in t._sched else "")
 
     def rec(refs):
         out = []

@@ -446,9 +446,12 @@ def apply_actions(tree: LoopTree, actions) -> LoopTree:
     return tree
 
 
+from .tensorize import tensorize  # noqa: E402 - the action's own module (it records an Action)
+
 PRIMITIVES = {f.__name__: f for f in (
     split, merge, swap_loops, swap_nodes, try_swap, remove_loop, add_loop, swap_vars, copy_input,
-    delete_copy, disable_reuse, enable_reuse, decrease_reuse, increase_reuse, annotate, set_order)}
+    delete_copy, disable_reuse, enable_reuse, decrease_reuse, increase_reuse, annotate, set_order,
+    tensorize)}
 PRIMITIVES["swap"] = try_swap
 PRIMITIVES["apply_actions"] = apply_actions
 PRIMITIVES["map_ref"] = lambda new, old_ref, old: map_ref(new, old_ref, old)

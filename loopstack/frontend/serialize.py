@@ -24,7 +24,8 @@ def serialize(tree: LoopTree) -> str:
                   for n in g.nodes],
         "schedule": [{"node": i, "order": [list(e) for e in s.order], "priority": s.priority,
                       "layout": list(s.layout), "disabled": sorted(s.disabled),
-                      "annotations": [list(a) for a in s.annotations]} for i, s in tree.schedule],
+                      "annotations": [list(a) for a in s.annotations],
+                      **({"tensorize": s.tensorize} if s.tensorize else {})} for i, s in tree.schedule],
         "actions": [[a.kind, list(a.args)] for a in tree.actions],
     }
     return json.dumps(doc, indent=1)
@@ -44,7 +45,8 @@ def deserialize(text: str) -> LoopTree:
         graph = Graph(nodes, tuple((v, s) for v, s in doc["sizes"]), doc["inputs"])
         sched = tuple((s["node"], NodeSchedule(tuple(tuple(e) for e in s["order"]), s["priority"],
                                                tuple(s["layout"]), frozenset(s["disabled"]),
-                                               tuple(tuple(a) for a in s["annotations"])))
+                                               tuple(tuple(a) for a in s["annotations"]),
+                                               str(s.get("tensorize", ""))))
                       for s in doc["schedule"])
         actions = tuple(Action(k, tuple(a)) for k, a in doc["actions"])
         ids = {n.id for n in nodes}

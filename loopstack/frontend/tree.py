@@ -38,6 +38,7 @@ class NodeSchedule:
     layout: tuple[str, ...]
     disabled: frozenset = frozenset()            # depths whose loop must not be reused
     annotations: tuple[tuple[int, str], ...] = ()  # (depth, "unroll" | "vectorize" | "parallel")
+    tensorize: str = ""                          # "auto" or a tensorized instruction (mutate.tensorize)
 
     def annotation(self, depth: int) -> str:
         for d, a in self.annotations:
@@ -97,7 +98,8 @@ def check_annotations(tree, action=None) -> None:
     it must iterate its dimension without reducing over it (else the iterations would race on
     one output); that is checked here, cheaply, as the tuner annotates every candidate. Whether
     a `vectorize` loop's accesses allow it only the backend knows: a tree carrying one is
-    compiled right away (the kernel is cached for the compile that follows)."""
+    compiled right away (the kernel is cached for the compile that follows), and so is one that asks
+    for a tensorized instruction."""
     what = "schedule" if action is None else action.kind + "".join(
         f" L{a}" if isinstance(a, int) else f" {a!r}" for a in action.args)
     g = tree.graph
@@ -118,7 +120,7 @@ def check_annotations(tree, action=None) -> None:
                 raise ScheduleError(f"{what}: refused, loop {v} (L{it.ref}) runs in parallel but %{i} "
                                     f"{'reduces over' if v in g.domain(n) else 'does not iterate'} {v}: "
                                     "its iterations would race on one output")
-    if not vectorized:
+    if not vectorized and not any(ns.tensorize for _, ns in tree.schedule):
         return
     from ..errors import LoopstackError
     from .run import compile_tree, default_target

@@ -304,6 +304,9 @@ class Compute:
     init: Expr | str | None = None         # None, "identity", or an Expr over output dims (bias)
     post: Expr | None = None               # an Expr using Acc(), over output dims
     requant: Requant | None = None         # int32 -> int8/uint8 after post (quantized outputs)
+    # the schedule asks for this contraction on a tensorized instruction: "auto" (the widest the
+    # target runs) or a registry entry (backend.tensorize), its loops above the instruction's kept
+    tensorize: str = ""
 
     def reads(self) -> Iterator[Access]:
         yield from expr_loads(self.expr)

@@ -50,6 +50,8 @@ def format_compute(c: Compute) -> str:
         s += f"  post {c.post}"
     if c.requant is not None:
         s += f"  {c.requant}"
+    if c.tensorize:
+        s += f"  tensorize {c.tensorize}"
     if c.name != c.out.buffer:
         s += f"  : {c.name}"
     return s

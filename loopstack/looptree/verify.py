@@ -169,6 +169,8 @@ def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: d
         _check_expr(comp.post, f"{st} (post)", allow_acc=True, is_int=is_int)
     if comp.requant is not None:
         _check_requant(comp, st, out, bufs)
+    if comp.tensorize:
+        _check_tensorize_request(comp, st)
 
     # every name an index uses must be a dimension iterated down to step 1, or an enclosing loop
     chains: dict[str, list[Loop]] = {}
@@ -232,6 +234,15 @@ def _check_dot(comp: Compute, st: str, out, bufs: dict) -> None:
         b = bufs.get(x.access.buffer)
         if b is not None and b.dtype not in ("int8", "uint8"):
             raise DTypeError(f"{st}: a dot product reads 8-bit integers; {b.name} is {b.dtype}")
+
+
+def _check_tensorize_request(comp: Compute, st: str) -> None:
+    from ..backend.tensorize.registry import family
+
+    if comp.reduce != "add":
+        raise ScheduleError(f"{st}: tensorize asks for a sum of products, not a {comp.reduce} statement")
+    if comp.tensorize != "auto":
+        family(comp.tensorize)      # raises naming the known entries
 
 
 def _check_requant(comp: Compute, st: str, out, bufs: dict) -> None:

@@ -492,7 +492,12 @@ def default_schedule(tensor, target=None):
     for nid, ns in sched.items():
         if ns.order != tree._sched[nid].order:
             tree = set_order(tree, nid, ns.order)
+    from .tensorized import integer_contraction, tensorized_default
+
     for nid, p in plans.items():
+        if integer_contraction(g, nid):
+            tree = tensorized_default(tree, nid)
+            continue
         if p.pack is None:
             continue
         mult = _producer(g, g.node(nid))

@@ -354,3 +354,7 @@ def evolutionary(session, population: int = 12, batch: int = 4, rounds: int | No
 
 MAPPERS = {"scripted": scripted, "exhaustive": exhaustive, "random": random_search,
            "evolutionary": evolutionary}
+
+# an integer contraction is searched on its tensorized instruction by every mapper (tune.tensorized)
+from .tensorized import tensorized_first  # noqa: E402 - it imports this module's helpers lazily
+MAPPERS = {name: tensorized_first(fn) for name, fn in MAPPERS.items()}

@@ -36,11 +36,12 @@ class Plan:
     tiles: tuple[tuple[str, tuple[int, ...]], ...]
     order: tuple[str, ...]
     stage: tuple[tuple[int, int], ...] = field(default=())
+    tensorize: str = ""         # the main node on a tensorized instruction ("auto"; tune.tensorized)
 
     def describe(self) -> str:
         t = " ".join(f"{v}:{'x'.join(map(str, s))}" for v, s in self.tiles if s)
         st = f" stage {list(self.stage)}" if self.stage else ""
-        return f"[{t}] {' '.join(self.order)}{st}"
+        return f"[{t}] {' '.join(self.order)}{st}" + (f" tensorize {self.tensorize}" if self.tensorize else "")
 
 
 def main_node(tree) -> int:
@@ -96,6 +97,8 @@ def realize(base, plan: Plan, nid: int | None = None):
                             f"{' '.join(names)}")
     tree = _reorder(tree, nid, plan.order)
     tree = fuse_consumers(tree, nid)
+    if plan.tensorize:
+        tree = tree.tensorize(tree.ref_of(nid), plan.tensorize)
     for idx, hoist in plan.stage:
         sid = stage_node(tree, nid)
         tree = tree.copy_input(tree.ref_of(sid), idx)

@@ -1,7 +1,7 @@
 """Which tensorized instruction a compile uses: the code generators' one entry into the registry.
 
-`tensorize_for_target(tree, target)` rewrites a tree whose one statement is an integer
-contraction (8-bit operands, int32 accumulation, optionally requantized) with the widest
+`tensorize_for_target(tree, target)` rewrites the integer contraction (8-bit operands, int32
+accumulation, optionally requantized) of a tree, where it has loops of its own, with the widest
 registry entry the target runs that the rewriter can apply, and returns the tree unchanged
 when none applies (its integer code is then emitted as it stands: correct, not tensorized).
 An instruction set is used only where the target may assume it: a target's own features, plus
@@ -11,9 +11,10 @@ machine names that machine's target and gets its baseline).
 from __future__ import annotations
 
 from ...errors import ScheduleError, UnsupportedError
-from ...looptree.ir import Binary, Load, LoopTree
+from ...looptree.ir import Binary, Compute, Load, LoopTree
 from .registry import TensorInstr, instructions_for
 from .rewrite import accumulation_dtype, tensorize
+from .scheduled import alone, isolate, loop_vars, splice, tensorize_requested
 
 # dot-product extensions a target's code may use when this CPU has them: VEX-encoded AVX-VNNI
 # runs wherever AVX2 code runs; EVEX AVX512_VNNI only beside AVX-512
@@ -36,11 +37,8 @@ def target_features(target) -> frozenset[str]:
     return frozenset(f.lower() for f in feats)
 
 
-def is_integer_contraction(tree: LoopTree) -> bool:
-    stmts = list(tree.computes())
-    if len(stmts) != 1:
-        return False
-    _, s = stmts[0]
+def is_integer_contraction(tree: LoopTree, s: Compute) -> bool:
+    """`out[...] += a[...] * b[...]` over 8-bit operands into an int32 sum."""
     if s.reduce != "add" or accumulation_dtype(tree, s) != "int32":
         return False
     e = s.expr
@@ -57,13 +55,34 @@ def register_block(target, instr: TensorInstr) -> tuple[int, int]:
 
 
 def tensorize_for_target(tree: LoopTree, target) -> tuple[LoopTree, TensorInstr | None]:
-    if not is_integer_contraction(tree):
-        return tree, None
-    for instr in instructions_for(target.arch, target_features(target)):
+    """Each statement the schedule asked to tensorize, on the schedule's loops (or a
+    ScheduleError saying why no instruction applies); without a request, an integer contraction
+    with loops of its own, on the instruction's default register block (or left as it is)."""
+    features = target_features(target)
+    used = None
+    for stack, s in list(tree.computes()):
+        if s.tensorize:
+            tree, used = tensorize_requested(tree, stack, s, target, features)
+    if used is not None:
+        return tree, used
+    for _, s in tree.computes():
+        if is_integer_contraction(tree, s):
+            try:
+                at = isolate(tree, s)
+            except ScheduleError:
+                continue
+            part, instr = _default(alone(tree, at), target, features, loop_vars(tree))
+            if instr is not None:
+                return splice(tree, at, part), instr
+    return tree, None
+
+
+def _default(tree: LoopTree, target, features, avoid) -> tuple[LoopTree, TensorInstr | None]:
+    for instr in instructions_for(target.arch, features):
         if instr.broadcast is None or instr.vector_bits != target.vector_bits:
             continue
         try:
-            return tensorize(tree, instr, block=register_block(target, instr)).tree, instr
+            return tensorize(tree, instr, block=register_block(target, instr), avoid=avoid).tree, instr
         except (UnsupportedError, ScheduleError):
             continue
     return tree, None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...errors import UnsupportedError
+from ...errors import ScheduleError, UnsupportedError
 from ...looptree.ir import LoopTree
 from .describe import dot_desc, mma_desc
 
@@ -132,3 +132,12 @@ def instructions_for(isa: str, features) -> list[TensorInstr]:
     """The entries an ISA with these features runs, widest first (the order the rewriter tries)."""
     got = [t for t in REGISTRY if t.isa == isa and t.runs_on(features)]
     return sorted(got, key=lambda t: -t.vector_bits)
+
+
+def family(name: str) -> list[TensorInstr]:
+    """The entries a schedule names: one entry, or every operand form of one ("vpdpbusd.zmm"
+    is vpdpbusd.zmm, .bcst_a and .bcst_b)."""
+    got = [t for t in REGISTRY if t.name == name or t.name.startswith(name + ".")]
+    if not got:
+        raise ScheduleError(f"no tensorized instruction {name!r} (known: {', '.join(_BY_NAME)})")
+    return got

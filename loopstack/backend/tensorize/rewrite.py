@@ -61,14 +61,16 @@ def _scaled(ix: Affine, coeff: int) -> list[tuple[str, int]]:
 
 
 def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]] | None = None,
-              block: tuple[int, int] | None = None) -> Rewrite:
+              block: tuple[int, int] | None = None, avoid: frozenset[str] = frozenset()) -> Rewrite:
     """`tree` (one contraction) rewritten so `instr` computes its innermost loops.
 
-    The loops above the instruction's are `outer` ((dim, step) pairs, outermost first), or by
+    The loops above the instruction's are `outer` ((dim, step[, annotations]) entries, outermost
+    first; or a function of the chosen (lane dim, reduction dim, instr) that returns them), or by
     default each output dimension, then the lanes by the instruction's width, the other reduction
     dimensions and the reduction by k. `block=(rows, panels)` asks instead for a register block
     of `rows` points of the output's innermost other dimension by `panels` vectors of lanes, the
-    whole reduction inside it — the shape of an FMA kernel's block, for the code generators."""
+    whole reduction inside it — the shape of an FMA kernel's block, for the code generators.
+    New loop and buffer names avoid `avoid` (the names of a program this tree is a part of)."""
     stmts = list(tree.computes())
     if len(stmts) != 1:
         raise UnsupportedError(f"tensorize takes a tree of one contraction; this one has {len(stmts)} statements")
@@ -100,13 +102,13 @@ def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]
     errors = []
     for binding, compensate in candidates:
         try:
-            return _rewrite(tree, stmt, instr, binding, compensate, outer, block)
+            return _rewrite(tree, stmt, instr, binding, compensate, outer, block, avoid)
         except (UnsupportedError, ScheduleError) as e:
             errors.append(e)
     raise errors[0]
 
 
-def _rewrite(tree, stmt, instr, binding, compensate, outer, block) -> Rewrite:
+def _rewrite(tree, stmt, instr, binding, compensate, outer, block, avoid) -> Rewrite:
     if compensate and stmt.init is None:
         raise UnsupportedError(f"statement {stmt.name} accumulates into %{stmt.out.buffer}'s values; the int8 "
                                "compensation needs an init (identity or a bias)")
@@ -141,7 +143,7 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer, block) -> Rewrite:
         steps.append(f"pad {r} from {sizes[r]} to {Kp} with zeros")
     dims = {**sizes, r: Kp}
     buffers = list(tree.buffers)
-    names = {b.name for b in buffers} | set(dims)
+    names = {b.name for b in buffers} | set(dims) | set(avoid)
 
     def fresh(base):
         n, i = base, 0
@@ -234,6 +236,8 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer, block) -> Rewrite:
     # -- the contraction, its instruction loops innermost ---------------------------------------
     out_others = [d for d in out_dims if d != lane and d in dims]
     rows_dim = next((n for ix in reversed(stmt.out.index) for n in ix.names() if n in out_others and sizes[n] > 1), None)
+    if callable(outer):                 # the schedule's own loops, given the lanes and the reduction
+        outer = outer(lane, r, instr)
     if outer is None and block is not None and rows_dim is not None:
         rows, panels = block
         outer = ([(d, 1) for d in out_others if d != rows_dim] + [(lane, L * panels), (rows_dim, rows)]
@@ -241,12 +245,12 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer, block) -> Rewrite:
     elif outer is None:
         outer = [(d, 1) for d in out_others] + [(lane, L)] + [(d, 1) for d in red_dims if d != r] + [(r, K)]
     order = list(outer) + [(lane, 1), (r, 1)]
-    vars_ = [fresh(f"{d}{i}") for i, (d, _) in enumerate(order)]
+    vars_ = [fresh(f"{d[0]}{i}") for i, d in enumerate(order)]
     var_of = dict(zip(vars_, order))
     # every loop over the lanes (the reduction) above the innermost one steps by whole vectors
     # (k-groups): the packed element is the sum of their offsets' contributions
-    lane_outer = [v for v, (d, st_) in list(var_of.items())[:-2] if d == lane]
-    r_outer = [v for v, (d, st_) in list(var_of.items())[:-2] if d == r]
+    lane_outer = [v for v, e in list(var_of.items())[:-2] if e[0] == lane]
+    r_outer = [v for v, e in list(var_of.items())[:-2] if e[0] == r]
     for v in lane_outer + r_outer:
         unit = L if var_of[v][0] == lane else K
         if var_of[v][1] % unit:
