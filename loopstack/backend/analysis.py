@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..dtypes import dtype as _dtype
 from ..looptree.ir import (
-    Access, Acc, Binary, Compute, Const, Dot, Load, Loop, LoopTree, Unary, loop_var,
+    Access, Acc, Binary, Compute, Const, Dot, Load, Loop, LoopTree, Unary, expr_loads, loop_var,
 )
 
 # ---------------------------------------------------------------------------
@@ -117,16 +117,22 @@ class VectorPlan:
     along_output: bool   # True: lanes are output elements; False: lanes are reduction points
 
 
-def vector_plan(tree: LoopTree, loop: Loop, byte_map=byte_map) -> VectorPlan | None:
+def vector_plan(tree: LoopTree, loop: Loop, byte_map=byte_map, integers: bool = False,
+                byte_lanes: int = 0) -> VectorPlan | None:
     """How `loop` (a loop whose body is statements only) can be vectorised, or None.
 
-    `byte_map` may be a caching replacement taking (tree, access)."""
+    `byte_map` may be a caching replacement taking (tree, access). `integers`: the code
+    generator vectorises integer statements too (see _integer_plan); otherwise only
+    floating-point and tensorized (Dot) statements are. `byte_lanes` (when it cannot mask
+    8-bit vectors): the lanes of a vector, which a sum over 8-bit operands must fill whole."""
     if loop.step != 1 or not loop.body or not all(isinstance(n, Compute) for n in loop.body):
         return None
     if len(loop.body) > 1 and any(n.reduce is not None for n in loop.body):
         return None
     if len(loop.body) == 1 and isinstance(loop.body[0].expr, Dot):
         return _dot_plan(tree, loop, loop.body[0], byte_map)
+    if integers and all(_integer_statement(tree, s) for s in loop.body):
+        return _integer_plan(tree, loop, byte_map, byte_lanes)
     along = None
     for stmt in loop.body:
         out = byte_map(tree, stmt.out)
@@ -170,6 +176,57 @@ def _dot_plan(tree: LoopTree, loop: Loop, stmt: Compute, byte_map) -> VectorPlan
             return None
         if element_stride(byte_map(tree, a), loop.dim) not in ((0, k) if id(a) in operands else (0, 1)):
             return None
+    return VectorPlan(loop, True)
+
+
+# integer element-wise operations every code generator that vectorises integers implements
+INTEGER_BINARY = frozenset({"add", "sub", "mul", "max", "min"})
+INTEGER_UNARY = frozenset({"relu", "abs", "neg"})
+INTEGER_DTYPES = frozenset({"int32", "int8", "uint8"})
+
+
+def _integer_statement(tree: LoopTree, stmt: Compute) -> bool:
+    """An integer statement with nothing but element-wise vector operations: 8-bit and int32
+    buffers (and a requantization's float32 scale), a plain assignment or a sum into int32 lanes
+    (a depthwise convolution's taps), no post-operation."""
+    if stmt.reduce not in (None, "add") or stmt.post is not None:
+        return False
+    if stmt.reduce is not None and not (stmt.init == "identity" or isinstance(stmt.init, (Load, Const))):
+        return False
+    scale = {a.buffer for a in expr_loads(stmt.requant.scale)} if stmt.requant is not None else set()
+    if any(tree.buffer(b).dtype not in INTEGER_DTYPES for b in _buffers_of(stmt) - scale):
+        return False
+
+    def ok(e) -> bool:
+        if isinstance(e, (Load, Const)):
+            return True
+        if isinstance(e, Binary):
+            return e.op in INTEGER_BINARY and ok(e.a) and ok(e.b)
+        if isinstance(e, Unary):
+            return e.op in INTEGER_UNARY and ok(e.x)
+        return False
+    return ok(stmt.expr)
+
+
+def _integer_plan(tree: LoopTree, loop: Loop, byte_map, byte_lanes: int) -> VectorPlan | None:
+    """Integer statements vectorise along their outputs in int32 lanes: every access unit-stride
+    along the loop (8-bit ones are widened on load and narrowed on store), an int32 read (or a
+    requantization's float32 scale) may also be the same in every lane. The copies that stage
+    and shift a tensorized kernel's 8-bit operands are such statements, and so is a depthwise
+    convolution's sum over its taps. A copy's tail the code generator cannot mask runs as
+    scalars; a sum's, held in a register block, cannot: without masks it needs whole vectors."""
+    for stmt in loop.body:
+        if (stmt.reduce is not None and byte_lanes and tree.dim_size(loop.dim) % byte_lanes
+                and any(tree.buffer(b).dtype in ("int8", "uint8") for b in _buffers_of(stmt))):
+            return None
+        if element_stride(byte_map(tree, stmt.out), loop.dim) != 1:
+            return None
+        for a in (stmt.out, *stmt.reads()):
+            if a.zero_pad or loop_var(loop.var) in a.names():
+                return None
+            s = element_stride(byte_map(tree, a), loop.dim)
+            if s != 1 and not (s == 0 and tree.buffer(a.buffer).dtype in ("int32", "float32")):
+                return None
     return VectorPlan(loop, True)
 
 

@@ -22,6 +22,9 @@ The packed weights then lie in the order the compute streams them (one contiguou
 another) instead of being gathered from rows far apart in every call. The kernel runs the
 leading `once` nests only when it is given arrays it has not seen.
 
+A sum of a constant over whole dimensions (`%W_sum[k] += %W[r, s, c, k]`, the int8
+compensation's weight sums) is hoisted likewise when its nest is a top-level one.
+
 A copy is hoisted when its buffer is written by it alone and every reader lies inside all the
 loops the buffer is tiled by. Loops around the copy whose dimension it does not use are left out
 of the hoisted nest: the copy no longer repeats in them.
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..looptree.ir import Access, Affine, Buffer, Compute, Loop, LoopTree, loop_var, map_accesses, statements
+from ..looptree.ir import Access, Affine, Buffer, Compute, Load, Loop, LoopTree, loop_var, map_accesses, statements
 
 __all__ = ["hoist_constant_packs"]
 
@@ -63,11 +66,17 @@ def _next_candidate(tree: LoopTree, constants: set[str], tried: set[str]):
             writers[s.out.buffer] = writers.get(s.out.buffer, 0) + 1
     temps = {b.name for b in tree.temps}
     for stack, node in tree.walk():
-        if isinstance(node, Compute) and node.name not in tried and node.is_copy \
+        if isinstance(node, Compute) and node.name not in tried and (node.is_copy or _sum_of_load(node)) \
                 and node.expr.access.buffer in constants and node.out.buffer in temps \
                 and writers[node.out.buffer] == 1:
             return stack, node
     return None
+
+
+def _sum_of_load(stmt: Compute) -> bool:
+    """`%t[...] += %W[...]` from the identity: the weights' sum of the int8 compensation."""
+    return (stmt.reduce == "add" and stmt.init == "identity" and stmt.post is None and stmt.requant is None
+            and isinstance(stmt.expr, Load))
 
 
 def _hoist(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute):
@@ -76,6 +85,8 @@ def _hoist(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute):
     path = stack + (stmt,)
     own = next(i for i, n in enumerate(path) if list(statements(n)) == [stmt])
     outer, nest = stack[:own], path[own]
+    if stmt.reduce is not None and outer:
+        return None         # a sum inside loops that tile it would be split among the tiles
     buf = tree.buffer(stmt.out.buffer)
     out_names = stmt.out.names()
     used = {n for a in (stmt.out, stmt.expr.access) for n in a.names()}

@@ -15,10 +15,12 @@ function's frame, loop counters, branches and pointer updates that the nest walk
 """
 from __future__ import annotations
 
+import functools
+
 from ..dtypes import DTYPES
 from ..errors import UnsupportedError
 from ..looptree.ir import Acc, Access, Binary, Compute, Const, Dot, Load, LoopTree, Unary, expr_loads
-from .analysis import ByteMap, byte_map, dot_kind, element_stride
+from .analysis import ByteMap, byte_map, dot_kind, element_stride, vector_plan
 from .values import RegisterFile, Shape, Val
 
 __all__ = ["Emitter", "Shape", "Val"]
@@ -31,6 +33,9 @@ class Emitter:
     and loop counters, in order of preference) and implements the methods that raise here."""
 
     pointer_registers: tuple = ()
+    # whether element-wise integer statements are vectorised (analysis.vector_plan): 8-bit
+    # reads as "widen" loads (bytes to int32 lanes), 8-bit stores narrowed back
+    vector_integers = False
 
     def __init__(self, asm, target, tree: LoopTree, pointers: dict | None = None):
         self.asm = asm
@@ -51,6 +56,23 @@ class Emitter:
         self.int = not DTYPES[self.tree.buffer(stmt.out.buffer).dtype].is_float
 
     # -- what the instruction set decides ------------------------------------------
+    @classmethod
+    def vector_plan_for(cls, target):
+        """analysis.vector_plan as this instruction set vectorises for `target`."""
+        if not cls.vector_integers:
+            return vector_plan
+        return functools.partial(vector_plan, integers=True, byte_lanes=cls.unmasked_byte_lanes(target))
+
+    @classmethod
+    def unmasked_byte_lanes(cls, target) -> int:
+        """0 where 8-bit vectors can be masked; else the lanes a vector of them must fill."""
+        return 0
+
+    def vector_tail(self, stmt: Compute) -> bool:
+        """Whether `stmt` can run on a partial vector (a loop's tail); if not, the walk emits
+        the tail's elements as scalar instances."""
+        return True
+
     @classmethod
     def lanes(cls, target) -> int:
         """Elements per vector register in the arithmetic this instruction set emits for `target`."""
@@ -105,13 +127,16 @@ class Emitter:
         if kind is None:
             stride = element_stride(self.bytemap(access), shape.dim)
             k = self._dot_k.get(id(access))
-            kind = self._kinds[key] = dot_kind(stride, k) if k else ("vec" if stride == 1 else "bcast")
+            kind = dot_kind(stride, k) if k else ("vec" if stride == 1 else "bcast")
+            if kind == "vec" and not k and self.dtype_of(access) in ("int8", "uint8"):
+                kind = "widen"
+            self._kinds[key] = kind
         return kind
 
     def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
         base = self._base(access)
         kind = self.load_kind(access, shape)
-        lanes = shape.lanes if kind == "vec" else 0
+        lanes = shape.lanes if kind in ("vec", "widen") else 0
         # the buffer's version changes with every store to it, so a load after a store
         # never hits the cache entry of the value before it
         version = self.versions.get(access.buffer, 0)

@@ -117,7 +117,8 @@ def emit_native(tree: LoopTree, target, unroll_limit: int | None = None):
     isa.check_tree(tree, target)
     tree, _ = tensorize_for_target(tree, target)
     lowered, once = hoist_constant_packs(stage_padded_reads(split_padded_nests(tree)))
-    lowered = split_init_post(lowered, isa.lanes(target), lambda s: max_accumulators(target, s))
+    lowered = split_init_post(lowered, isa.lanes(target), lambda s: max_accumulators(target, s),
+                              isa.vector_plan_for(target))
     parallel = check_parallel(lowered)
     slots = {b.name: i for i, b in enumerate(lowered.arguments + lowered.temps)}
     segments = []

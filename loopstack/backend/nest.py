@@ -34,7 +34,7 @@ from ..errors import ScheduleError, UnsupportedError
 from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Dot, Load, Loop, LoopTree, loop_var, statements
 from .analysis import (
     VectorPlan, block_footprint, byte_map, chain_below, indexes_output, loop_delta, perfect_statement,
-    reads_output, reduction_loops, subtree_size, trips, uses_heavy_math, vector_plan,
+    reads_output, reduction_loops, subtree_size, trips, uses_heavy_math,
 )
 from .emitter import Emitter
 from .prefetch import LINE, prefetch_plans
@@ -115,6 +115,7 @@ class SegmentCompiler:
         self.slots = slots
         self.limit = unroll_limit
         self.em: Emitter = isa(asm, target, tree)
+        self._vector_plan = isa.vector_plan_for(target)
         self.width = self.em.width
         self.pending: list[Instance] = []
         self._plans: dict[int, VectorPlan | None] = {}
@@ -126,7 +127,7 @@ class SegmentCompiler:
         """vector_plan, once per loop of this segment."""
         key = id(lp)
         if key not in self._plans:
-            self._plans[key] = vector_plan(tree, lp, lambda t, a: self.em.bytemap(a))
+            self._plans[key] = self._vector_plan(tree, lp, lambda t, a: self.em.bytemap(a))
         return self._plans[key]
 
     # -- the function --------------------------------------------------------------
@@ -380,6 +381,10 @@ class SegmentCompiler:
         def chunk(c: Ctx, offset: int, lanes: int):
             c2 = self._with_offset(c, lp, offset)
             for stmt in lp.body:
+                if lanes < w and not self.em.vector_tail(stmt):
+                    for i in range(lanes):      # a tail the instruction set cannot mask: scalars
+                        self.statement(stmt, self._with_offset(c, lp, offset + i), Shape(False, 1, w, None))
+                    continue
                 self.statement(stmt, c2, Shape(True, lanes, w, lp.dim), along_output=plan.along_output)
 
         if unroll or full <= 1:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Load, Loop, LoopTree, substitute_acc
-from .analysis import block_footprint, indexes_output, perfect_statement, reads_output, reduction_loops
+from .analysis import block_footprint, indexes_output, perfect_statement, reads_output, reduction_loops, vector_plan
 from .padding import split_padded_nests, stage_padded_reads
 
 __all__ = ["split_padded_nests", "stage_padded_reads", "split_init_post", "init_post_fusable"]
@@ -31,7 +31,7 @@ __all__ = ["split_padded_nests", "stage_padded_reads", "split_init_post", "init_
 
 
 def init_post_fusable(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute,
-                      lanes: int, max_acc) -> bool:
+                      lanes: int, max_acc, plan_of=vector_plan) -> bool:
     """True when a register block will enclose every reduction loop of `stmt`."""
     red = reduction_loops(stmt, stack)
     if not red:
@@ -44,7 +44,7 @@ def init_post_fusable(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute,
     for i, lp in enumerate(stack):
         # a register block holds exactly one statement: the loop must enclose nothing else
         if perfect_statement(lp) is stmt and any(x is red[0] for x in stack[i:]) \
-                and block_footprint(tree, lp, stmt, ranges, lanes, max_acc) <= max_acc:
+                and block_footprint(tree, lp, stmt, ranges, lanes, max_acc, plan_of) <= max_acc:
             return True
         rng = ranges.get(lp.dim, tree.dim_size(lp.dim))
         ranges[lp.dim] = min(lp.step, rng)
@@ -57,7 +57,7 @@ def _init_expr(stmt: Compute):
     return stmt.init
 
 
-def split_init_post(tree: LoopTree, lanes: int, max_acc) -> LoopTree:
+def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) -> LoopTree:
     """Move init/post out of statements whose reduction cannot be kept in registers.
 
     The init nest goes right before the statement's outermost reduction loop, the post
@@ -67,7 +67,7 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc) -> LoopTree:
 
     def needs_split(stack, stmt) -> bool:
         return (stmt.reduce is not None and (stmt.init is not None or stmt.post is not None)
-                and not init_post_fusable(tree, stack, stmt, lanes, max_acc))
+                and not init_post_fusable(tree, stack, stmt, lanes, max_acc, plan_of))
 
     def rebuild(nodes, stack):
         out = []

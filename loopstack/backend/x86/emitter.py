@@ -31,6 +31,7 @@ __all__ = ["ARITH", "Shape", "Val", "X86Emitter"]
 
 class X86Emitter(Emitter):
     pointer_registers = ALLOCATABLE
+    vector_integers = True
 
     def __init__(self, asm, target, tree: LoopTree, pointers: dict | None = None):
         super().__init__(asm, target, tree, pointers)
@@ -43,6 +44,14 @@ class X86Emitter(Emitter):
         self._held: list[dict[int, object]] = []
         self.free_gprs: list[Gpr] = []
         self.next_slot = 2        # stack slots of counters; 0: start, 1: end
+
+    @classmethod
+    def unmasked_byte_lanes(cls, target) -> int:
+        return 0 if target.vector_bits == 512 else cls.lanes(target)
+
+    def vector_tail(self, stmt) -> bool:
+        """AVX-512 masks every load and store; AVX2 has no masked 8-bit moves."""
+        return self.avx512 or not integer.reads_or_writes_bytes(self.tree, stmt)
 
     @classmethod
     def check_tree(cls, tree: LoopTree, target) -> None:

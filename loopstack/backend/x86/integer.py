@@ -1,13 +1,15 @@
 """x86 instruction selection for statements that compute in int32 (see backend/emitter.py).
 
 Integer statements come in two kinds: tensorized contractions (a `Dot` per int32 lane, the
-rewriter's output, vectorised along the instruction's lanes) and everything else — the copies
-that pack and stage 8-bit operands, weight sums, element-wise integer arithmetic — which the
-walk emits as scalar instances (vector_plan vectorises floating-point and Dot statements only).
-Scalar integers live in lane 0 of an xmm register, so that one set of vector instructions
-(vpaddd, vpmulld, vpmaxsd, ...) serves both. 8-bit loads are widened to int32 (zero- or
-sign-extended by dtype) and 8-bit stores keep the low byte, as C's conversions do; a
-requantized value is already within its dtype's range when it is stored.
+rewriter's output, vectorised along the instruction's lanes) and element-wise statements — the
+copies that stage and shift 8-bit operands, element-wise integer arithmetic — vectorised in
+int32 lanes where every access is unit-stride along the loop (analysis.vector_plan), scalar
+otherwise (the weights' pack, a transpose; reductions such as the weight sums). Scalar integers
+live in lane 0 of an xmm register, so that one set of vector instructions (vpaddd, vpmulld,
+vpmaxsd, ...) serves both. 8-bit loads are widened to int32 (zero- or sign-extended by dtype:
+`vpmovzxbd` / `vpmovsxbd`, a "widen" load) and 8-bit stores keep the low byte, as C's
+conversions do (`vpmovdb`; on AVX2 a mask and two packs). AVX2 has no masked byte moves: the
+walk emits an 8-bit statement's tail as scalars (X86Emitter.vector_tail).
 """
 from __future__ import annotations
 
@@ -60,6 +62,16 @@ def load_into(em, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None
             a.emit("movsx" if dtype == "int8" else "movzx", eax, m.with_bits(8))
             a.emit("vmovd", vreg(reg, 128), eax)
         return
+    if kind == "widen":                       # bytes, one per int32 lane
+        widen = "vpmovsxbd" if dtype == "int8" else "vpmovzxbd"
+        if not shape.masked:
+            a.emit(widen, r, m.with_bits(em.bits // 4))
+        elif em.avx512:                       # a byte-masked load suppresses faults past the tail
+            a.emit("vmovdqu8", vreg(reg, 128).masked(em.mask(shape.lanes), zero=True), m.with_bits(128))
+            a.emit(widen, r, vreg(reg, 128))
+        else:
+            raise UnsupportedError("an 8-bit AVX2 vector load has no lane tail (the walk emits it as scalars)")
+        return
     if shape.masked:
         if dtype != "int32":
             raise UnsupportedError("8-bit vector operands are loaded whole (a tensorized statement has no lane tail)")
@@ -88,7 +100,7 @@ def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
         else:
             a.emit("vmaskmovps", m.with_bits(256), em.mask(shape.lanes), em.v(reg, shape))
         return
-    # int32 lanes to bytes (the value is already in range): AVX-512 truncates with vpmovdb
+    # int32 lanes to their low bytes, as the scalar store does: AVX-512 truncates with vpmovdb
     if em.avx512:
         dst = m.with_bits(128)
         if shape.masked:
@@ -96,14 +108,19 @@ def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
         a.emit("vpmovdb", dst, vreg(reg, 512))
         return
     if shape.masked:
-        raise UnsupportedError("an 8-bit AVX2 vector store has no lane tail (the tensorize rewrite leaves none)")
+        raise UnsupportedError("an 8-bit AVX2 vector store has no lane tail (the walk emits it as scalars)")
+    # AVX2 packs saturate: keep each lane's low byte first (0..255), which both packs pass unchanged
     t = vreg(em.regs.alloc(), 256)
-    pack_bytes = "vpacksswb" if dtype == "int8" else "vpackuswb"
-    a.emit("vpackssdw", t, vreg(reg, 256), vreg(reg, 256))   # words 0-3 | 4-7, in each 128-bit half
+    a.emit("vpand", t, vreg(reg, 256), em.const_bits(0xFF).with_bits(256))
+    a.emit("vpackssdw", t, t, t)                              # words 0-3 | 4-7, in each 128-bit half
     a.emit("vpermq", t, t, 0x08)                              # words 0-7 in the low half
-    a.emit(pack_bytes, t.x, t.x, t.x)                         # bytes 0-7
+    a.emit("vpackuswb", t.x, t.x, t.x)                        # bytes 0-7
     a.emit("vmovq", m.with_bits(64), t.x)
     em.regs.release(t.num)
+
+
+def reads_or_writes_bytes(tree, stmt) -> bool:
+    return any(tree.buffer(acc.buffer).dtype in ("int8", "uint8") for acc in (stmt.out, *stmt.reads()))
 
 
 def arith(em, op: str, d: int, a: int, b: Val, shape: Shape) -> None:
