@@ -114,7 +114,10 @@ def int8_peak(instr) -> float:
 
 
 def _fp32_gflops(shape_kind, dims, runs, target):
-    """loopstack's own fp32 kernel of the same shape, default schedule."""
+    """loopstack's own fp32 kernel of the same shape, with the schedule `loopstack bench` uses
+    (the tuning database's best, else the default schedule)."""
+    from ..isa.target import get_target
+    from ..tune.defaults import chosen_schedule
     from ..workloads import get_workload
     import loopstack as lt
 
@@ -122,12 +125,12 @@ def _fp32_gflops(shape_kind, dims, runs, target):
         n = dims
         rng = np.random.default_rng(0)
         s = lt.SymbolGenerator()
-        C = (lt.Tensor(rng.standard_normal((n, n)).astype(np.float32)).to(s.m, s.k)
+        Y = (lt.Tensor(rng.standard_normal((n, n)).astype(np.float32)).to(s.m, s.k)
              * lt.Tensor(rng.standard_normal((n, n)).astype(np.float32), constant=True).to(s.k, s.n)).sum(s.k)
-        kernel = C.compile(target)
     else:
-        y, _ = get_workload(f"CONV-{dims}").build(0)
-        kernel = y.compile(target)
+        Y, _ = get_workload(f"CONV-{dims}").build(0)
+    Y.set(chosen_schedule(Y, get_target(target), None)[0])
+    kernel = Y.compile(target)
     kernel.threads = 1               # the peers and the int8 kernels run on one core
     return kernel.benchmark(runs=runs)
 
@@ -252,13 +255,18 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--target", default=None)
     ap.add_argument("--workload", "-w", action="append", default=[])
+    ap.add_argument("--widening", action="store_true",
+                    help="use only the exact widening path (vpmaddwd), as on a CPU without VNNI")
     args = ap.parse_args(argv)
     return run(args)
 
 
 def run(args) -> int:
+    from ..backend.tensorize import apply
     from ..isa.cpu import cpu_brand
 
+    if getattr(args, "widening", False):
+        apply.EXTENSIONS = {}        # no VNNI / AVX-VNNI: what an AVX2-only CPU runs
     got = rows(args.runs, args.rounds, args.target, set(args.workload) or None,
                progress=lambda i, n, name: print(f"[{i + 1}/{n}] {name}", file=sys.stderr))
     print(f"int8 kernels on {cpu_brand()}, one thread; %peak: share of the kernel's instruction chain "
