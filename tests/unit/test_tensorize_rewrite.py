@@ -125,3 +125,13 @@ def test_lanes_that_do_not_divide_the_output_are_refused_by_name():
     tree = retype(matmul_tree(4, 20, 8), {"A": "uint8", "B": "int8", "C": "int32"})
     with pytest.raises(UnsupportedError, match="n = 20 is not a multiple of vpdpbusd.zmm.bcst_a's 16 lanes"):
         tensorize(tree, instruction("vpdpbusd.zmm.bcst_a"))
+
+
+def test_rows_of_seven_take_one_seven_row_block_where_the_registers_hold_it():
+    from loopstack.looptree.builders import conv2d_tree
+    tree = retype(conv2d_tree(1, 8, 7, 7, 16, 3, 3, padding=1, layout="NHWC"), {"X": "uint8", "Wt": "int8", "Y": "int32"})
+    steps = lambda rw: {lp.step for stack, _ in rw.tree.computes() for lp in stack if lp.dim == "ow"}  # noqa: E731
+    instr = instruction("vpdpbusd.zmm.bcst_a")
+    assert 7 in steps(tensorize(tree, instr, block=(6, 4, 29)))
+    assert 7 not in steps(tensorize(tree, instr, block=(6, 4, 24)))     # 28 accumulators do not fit
+    assert 7 not in steps(tensorize(tree, instr, block=(6, 4)))

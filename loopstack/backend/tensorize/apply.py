@@ -46,12 +46,13 @@ def is_integer_contraction(tree: LoopTree, s: Compute) -> bool:
             and all(tree.buffer(x.access.buffer).dtype in ("int8", "uint8") for x in (e.a, e.b)))
 
 
-def register_block(target, instr: TensorInstr) -> tuple[int, int]:
-    """(rows, vectors of lanes) of the accumulator block: up to 4 vectors wide (2 in 256-bit
-    registers), as many rows (at most 6) as the registers left by the instruction hold."""
+def register_block(target, instr: TensorInstr) -> tuple[int, int, int]:
+    """(rows, vectors of lanes, accumulators the registers hold) of the accumulator block: up to
+    4 vectors wide (2 in 256-bit registers), as many rows (at most 6, or 7 where that divides the
+    rows: see rewrite.py) as the registers left by the instruction hold."""
     panels = 4 if target.vector_bits >= 512 else 2
-    rows = max(1, min(6, (target.block_registers - instr.scratch) // panels))
-    return rows, panels
+    room = target.block_registers - instr.scratch
+    return max(1, min(6, room // panels)), panels, room
 
 
 def tensorize_for_target(tree: LoopTree, target) -> tuple[LoopTree, TensorInstr | None]:
