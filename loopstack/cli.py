@@ -70,7 +70,12 @@ class InfoCommand:
             print(f"  {field:<20} {value}")
         print(f"  {'identity':<20} {target.identity}")
         records = []
-        if not args.no_peak:
+        from .isa.target import host_arch
+
+        if not args.no_peak and target.arch != host_arch():
+            print(f"peak           not measured: {target.name} is {target.arch} code and this host is "
+                  f"{host_arch()} (bench/aarch64.py predicts its speed with llvm-mca)")
+        elif not args.no_peak:
             gflops = peak_gflops(target, seconds=args.seconds)
             print(f"peak           {gflops:.1f} GFLOPS fp32 FMA, one core ({target.name}, "
                   f"{gflops / (2 * target.lanes()):.2f} G vfmadd231ps/s)")

@@ -180,6 +180,13 @@ def test_info(capsys, tmp_path):
     assert records[0]["name"] == f"peak_fp32_fma_{t.name}" and records[0]["peak_gflops"] > 0
 
 
+def test_info_on_a_target_of_another_architecture_describes_it_without_a_peak(capsys):
+    other = "avx2" if cpu.is_aarch64() else "neon"
+    assert main(["info", "--target", other]) == 0
+    out = capsys.readouterr().out
+    assert f"target         {other}" in out and "peak           not measured" in out
+
+
 def test_info_error_is_one_line(capsys, monkeypatch):
     fake_cpu(monkeypatch, AVX2_CPU)
     assert main(["info", "--target", "avx512", "--no-peak"]) == 2
