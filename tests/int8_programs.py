@@ -30,6 +30,16 @@ def int8_matmul(M, N, K, a_dt, b_dt, bias=False, relu=False, requant=None):
     return make_tree(bufs, {"m": M, "n": N, "k": K}, nest([("m", 1), ("n", 1), ("k", 1)], stmt))
 
 
+def int8_matmul_case(rng, M, N, K, pair, bias=False, relu=False, bias_range=50000):
+    """(tree, input arrays, expected output) of a random int8 matmul: numpy's exact result."""
+    A, B = ints(rng, pair[0], (M, K)), ints(rng, pair[1], (K, N))
+    arrays = [A, B] + ([rng.integers(-bias_range, bias_range, N).astype(np.int32)] if bias else [])
+    want = A.astype(np.int64) @ B.astype(np.int64) + (arrays[2] if bias else 0)
+    if relu:
+        want = np.maximum(want, 0)
+    return int8_matmul(M, N, K, *pair, bias, relu), arrays, want
+
+
 def int8_conv(C, H, K, R, stride, padding, layout, pair):
     base = conv2d_tree(1, C, H, H, K, R, R, stride=stride, padding=padding, layout=layout)
     return LoopTree(tuple(replace(b, dtype={"X": pair[0], "Wt": pair[1], "Y": "int32"}[b.name]) for b in base.buffers),

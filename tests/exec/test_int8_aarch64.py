@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from a64_run import run_kernel
 from hypothesis import HealthCheck, given, settings, strategies as st
-from int8_programs import int8_conv, int8_matmul, ints
+from int8_programs import int8_conv, int8_matmul, int8_matmul_case, ints
 
 from loopstack.backend import compile
 from loopstack.isa.target import get_target
@@ -33,13 +33,8 @@ def _run(tree, arrays):
        pair=st.sampled_from(PAIRS), bias=st.booleans(), relu=st.booleans(), seed=st.integers(0, 2**31))
 def test_int8_matmuls_on_sdot_are_exact(M, n_vec, n_extra, K, pair, bias, relu, seed):
     N = 4 * n_vec + n_extra
-    rng = np.random.default_rng(seed)
-    A, B = ints(rng, pair[0], (M, K)), ints(rng, pair[1], (K, N))
-    arrays = [A, B] + ([rng.integers(-50000, 50000, N).astype(np.int32)] if bias else [])
-    want = A.astype(np.int64) @ B.astype(np.int64) + (arrays[2] if bias else 0)
-    if relu:
-        want = np.maximum(want, 0)
-    kernel, got = _run(int8_matmul(M, N, K, *pair, bias, relu), arrays)
+    tree, arrays, want = int8_matmul_case(np.random.default_rng(seed), M, N, K, pair, bias, relu)
+    kernel, got = _run(tree, arrays)
     np.testing.assert_array_equal(got, want)
     if not n_extra:
         assert kernel.tensorized == ("udot.4s.elem" if pair == ("uint8", "uint8") else "sdot.4s.elem")

@@ -14,7 +14,7 @@ from loopstack.backend import compile
 from loopstack.backend.tensorize import apply
 from loopstack.isa import cpu
 from loopstack.isa.target import get_target
-from int8_programs import int8_conv, int8_matmul, ints
+from int8_programs import int8_conv, int8_matmul, int8_matmul_case, ints
 
 FEATURES = cpu.cpu_features()
 TARGETS = [t for t, need in (("avx2", "avx2"), ("avx512", "avx512f")) if need in FEATURES]
@@ -43,13 +43,8 @@ def run(tree, target, arrays):
 def test_int8_matmuls_are_exact(target, family, M, n_vec, n_extra, K, pair, bias, relu, seed):
     lanes = get_target(target).vector_bits // 32
     N = n_vec * lanes + n_extra          # a width that is no whole vector runs untensorized, still exact
-    rng = np.random.default_rng(seed)
-    A, B = ints(rng, pair[0], (M, K)), ints(rng, pair[1], (K, N))
-    arrays = [A, B] + ([rng.integers(-50000, 50000, N).astype(np.int32)] if bias else [])
-    want = A.astype(np.int64) @ B.astype(np.int64) + (arrays[2] if bias else 0)
-    if relu:
-        want = np.maximum(want, 0)
-    kernel, got = run(int8_matmul(M, N, K, *pair, bias, relu), target, arrays)
+    tree, arrays, want = int8_matmul_case(np.random.default_rng(seed), M, N, K, pair, bias, relu)
+    kernel, got = run(tree, target, arrays)
     np.testing.assert_array_equal(got, want)
     if not n_extra:
         assert kernel.tensorized is not None

@@ -10,6 +10,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from aarch64_unicorn import run_a64
 from hypothesis import given, settings, strategies as st
 
 from loopstack.backend import compile
@@ -169,23 +170,6 @@ def _llvm_mc_bytes(lines: list[str]) -> bytes:
     return bytes(code)
 
 
-def _unicorn_dot(code: bytes, acc, a, b):
-    unicorn = pytest.importorskip("unicorn")
-    from unicorn import arm64_const as R
-    uc = unicorn.Uc(unicorn.UC_ARCH_ARM64, unicorn.UC_MODE_ARM)
-    uc.ctl_set_cpu_model(R.UC_CPU_ARM64_MAX)    # the default model has no dot product
-    base, data = 0x10000, 0x20000
-    uc.mem_map(base, 0x1000)
-    uc.mem_map(data, 0x1000)
-    uc.mem_write(base, code)
-    for i, arr in enumerate((acc, a, b)):
-        uc.mem_write(data + 0x100 * i, arr.tobytes())
-        uc.reg_write(getattr(R, f"UC_ARM64_REG_X{i}"), data + 0x100 * i)
-    uc.reg_write(R.UC_ARM64_REG_CPACR_EL1, 3 << 20)  # let EL0 code use the FP/SIMD registers
-    uc.emu_start(base, base + len(code))
-    return np.frombuffer(bytes(uc.mem_read(data, acc.nbytes)), np.int32)
-
-
 @pytest.mark.skipif(shutil.which("llvm-mc") is None, reason="llvm-mc (LLVM) is not installed")
 @pytest.mark.parametrize("instr", [t for t in REGISTRY if t.isa == "aarch64"], ids=lambda t: t.name)
 @settings(max_examples=10, deadline=None)
@@ -199,8 +183,9 @@ def test_aarch64_descriptions_match_sdot_and_udot(instr, seed, lane):
     acc = rng.integers(-2**20, 2**20, 4).astype(np.int32)
     src2 = f"v2.4b[{lane}]" if instr.broadcast else "v2.16b"
     code = _llvm_mc_bytes(["ldr q0, [x0]", "ldr q1, [x1]", "ldr q2, [x2]",
-                           f"{instr.mnemonic} v0.4s, v1.16b, {src2}", "str q0, [x0]"])
-    got = _unicorn_dot(code, acc, a, b)
+                           f"{instr.mnemonic} v0.4s, v1.16b, {src2}", "str q0, [x0]", "ret"])
+    got = acc.copy()
+    run_a64(code, [got, a, b])
     want = acc.copy()
     compile(instr.desc, target="interp")(a, b[lane] if instr.broadcast else b, want)
     np.testing.assert_array_equal(got, want)

@@ -8,12 +8,13 @@ operands, a bias init and a relu post; results are compared with numpy's int32 a
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
+from int8_programs import int8_matmul_case, ints
 
 from loopstack.backend import compile
 from loopstack.backend.tensorize import REGISTRY, instruction, tensorize
 from loopstack.errors import UnsupportedError
 from loopstack.looptree.builders import conv2d_tree, matmul_tree
-from loopstack.looptree.ir import Buffer, LoopTree, replace
+from loopstack.looptree.ir import LoopTree, replace
 
 # forms whose broadcast operand can be a matmul's activations (A): `a` broadcast, or a
 # symmetric product (sdot, udot, s8 x s8) that binds the other way round
@@ -23,11 +24,6 @@ BROADCAST = [t for t in REGISTRY if t.isa != "ptx" and (t.broadcast == "a" or (t
 
 def retype(tree, dtypes):
     return LoopTree(tuple(replace(b, dtype=dtypes.get(b.name, b.dtype)) for b in tree.buffers), tree.dims, tree.body)
-
-
-def draw_ints(rng, dt, shape):
-    info = np.iinfo(dt)
-    return rng.integers(info.min, info.max + 1, shape).astype(dt)
 
 
 def _run(tree, arrays):
@@ -51,14 +47,7 @@ def test_rewritten_matmuls_are_exact(M, N_blocks, K, pair, which, bias, relu, se
     instr = BROADCAST[which]
     assume(_applicable(instr, *pair))
     N = N_blocks * instr.lanes
-    tree = retype(matmul_tree(M, N, K, bias=bias, post="relu" if relu else None),
-                  {"A": pair[0], "B": pair[1], "C": "int32", "bias": "int32"})
-    rng = np.random.default_rng(seed)
-    A, B = draw_ints(rng, pair[0], (M, K)), draw_ints(rng, pair[1], (K, N))
-    arrays = [A, B] + ([rng.integers(-1000, 1000, N).astype(np.int32)] if bias else [])
-    want = A.astype(np.int32) @ B.astype(np.int32) + (arrays[2] if bias else 0)
-    if relu:
-        want = np.maximum(want, 0)
+    tree, arrays, want = int8_matmul_case(np.random.default_rng(seed), M, N, K, pair, bias, relu, bias_range=1000)
     rw = tensorize(tree, instr)
     np.testing.assert_array_equal(_run(rw.matched, arrays), want)
     np.testing.assert_array_equal(_run(rw.tree, arrays), want)
@@ -77,8 +66,8 @@ def test_rewritten_convolutions_are_exact(C, H, K_blocks, R, stride, padding, di
     tree = retype(conv2d_tree(1, C, H, H, K, R, R, stride=stride, padding=padding, dilation=dilation, layout=layout),
                   {"X": pair[0], "Wt": pair[1], "Y": "int32"})
     rng = np.random.default_rng(seed)
-    X = draw_ints(rng, pair[0], tree.buffer("X").shape)
-    Wt = draw_ints(rng, pair[1], tree.buffer("Wt").shape)
+    X = ints(rng, pair[0], tree.buffer("X").shape)
+    Wt = ints(rng, pair[1], tree.buffer("Wt").shape)
     want = _run(tree, [X, Wt])
     rw = tensorize(tree, instr)
     np.testing.assert_array_equal(_run(rw.matched, [X, Wt]), want)
