@@ -247,7 +247,6 @@ def record(r) -> dict:
 
 def main(argv=None) -> int:
     import argparse
-    import json
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", metavar="FILE")
@@ -262,12 +261,15 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
-    from ..backend.tensorize import apply
-    from ..isa.cpu import cpu_brand
+    import dataclasses
 
-    if getattr(args, "widening", False):
-        apply.EXTENSIONS = {}        # no VNNI / AVX-VNNI: what an AVX2-only CPU runs
-    got = rows(args.runs, args.rounds, args.target, set(args.workload) or None,
+    from ..isa.cpu import cpu_brand
+    from ..isa.target import get_target
+
+    target = args.target
+    if getattr(args, "widening", False):     # no VNNI / AVX-VNNI: what a CPU without them runs
+        target = dataclasses.replace(get_target(target), extensions=frozenset())
+    got = rows(args.runs, args.rounds, target, set(args.workload) or None,
                progress=lambda i, n, name: print(f"[{i + 1}/{n}] {name}", file=sys.stderr))
     print(f"int8 kernels on {cpu_brand()}, one thread; %peak: share of the kernel's instruction chain "
           "probed beside each round; exact: equal to the peer (onnxruntime, or numpy's int32) bit for bit")

@@ -43,6 +43,10 @@ class Target:
     vector_registers: int       # architectural vector registers: 16 ymm / 32 zmm
     has_masks: bool             # AVX-512 opmask registers k1-k7
     required: frozenset[str]    # CPU features every kernel of this target may use
+    # features its kernels may also use where the compiling host has them (the dot-product
+    # extensions: VEX AVX-VNNI runs wherever AVX2 code runs, EVEX AVX512_VNNI beside AVX-512);
+    # a target with none is what a CPU without them runs
+    extensions: frozenset[str] = frozenset()
     fma_units: int = 2          # FMA pipes per core
     fma_latency: int = 4        # cycles from an FMA's inputs to its result
     l1d: int = 32 * 1024        # bytes; get_target / host_target fill in this machine's sizes
@@ -118,14 +122,14 @@ class Target:
 # Host-independent descriptions; get_target() / host_target() return them with this machine's caches.
 TARGETS: dict[str, Target] = {
     "avx2": Target(name="avx2", arch="x86_64", vector_bits=256, vector_registers=16, has_masks=False,
-                   required=frozenset({"avx", "avx2", "fma", "f16c"})),
+                   required=frozenset({"avx", "avx2", "fma", "f16c"}), extensions=frozenset({"avx_vnni"})),
     "avx512": Target(name="avx512", arch="x86_64", vector_bits=512, vector_registers=32, has_masks=True,
                      required=frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
-                     l2=2 * 1024 * 1024),
+                     extensions=frozenset({"avx512_vnni", "avx_vnni"}), l2=2 * 1024 * 1024),
     # AArch64 AdvSIMD, Apple M1 (Firestorm) preset: 4 FMA pipes of 4 cycles, 128 KiB L1d, 12 MiB L2
     "neon": Target(name="neon", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
-                   required=frozenset({"asimd"}), fma_units=4, fma_latency=4, l1d=128 * 1024,
-                   l2=12 * 1024 * 1024, l3=8 * 1024 * 1024),
+                   required=frozenset({"asimd"}), extensions=frozenset({"asimddp"}), fma_units=4, fma_latency=4,
+                   l1d=128 * 1024, l2=12 * 1024 * 1024, l3=8 * 1024 * 1024),
     "neon_fp16": Target(name="neon_fp16", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
                         required=frozenset({"asimd", "asimdhp"}), fma_units=4, fma_latency=4, l1d=128 * 1024,
                         l2=12 * 1024 * 1024, l3=8 * 1024 * 1024, compute_dtype="float16"),

@@ -6,12 +6,13 @@ picks (VNNI / AVX-VNNI where the CPU has them) and once with only the exact wide
 bit, and a requantized output the reference interpreter's (itself bit-exact against
 onnxruntime, tests/unit/test_requant.py).
 """
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from loopstack.backend import compile
-from loopstack.backend.tensorize import apply
 from loopstack.isa import cpu
 from loopstack.isa.target import get_target
 from int8_programs import int8_conv, int8_matmul, int8_matmul_case, ints
@@ -22,16 +23,17 @@ PAIRS = [("uint8", "int8"), ("int8", "int8")]
 
 
 @pytest.fixture(params=["chosen", "widening"])
-def family(request, monkeypatch):
+def family(request):
     """`widening`: the compile may not use VNNI or AVX-VNNI, as on a CPU without them."""
-    if request.param == "widening":
-        monkeypatch.setattr(apply, "EXTENSIONS", {})
     return request.param
 
 
-def run(tree, target, arrays):
+def run(tree, target, arrays, family="chosen"):
     outs = [np.zeros(b.shape, b.dtype) for b in tree.outputs]
-    kernel = compile(tree, target=target)
+    t = get_target(target)
+    if family == "widening":
+        t = dataclasses.replace(t, extensions=frozenset())
+    kernel = compile(tree, target=t)
     kernel(*arrays, *outs)
     return kernel, outs[0]
 
@@ -44,7 +46,7 @@ def test_int8_matmuls_are_exact(target, family, M, n_vec, n_extra, K, pair, bias
     lanes = get_target(target).vector_bits // 32
     N = n_vec * lanes + n_extra          # a width that is no whole vector runs untensorized, still exact
     tree, arrays, want = int8_matmul_case(np.random.default_rng(seed), M, N, K, pair, bias, relu)
-    kernel, got = run(tree, target, arrays)
+    kernel, got = run(tree, target, arrays, family)
     np.testing.assert_array_equal(got, want)
     if not n_extra:
         assert kernel.tensorized is not None
@@ -66,7 +68,7 @@ def test_requantized_int8_matmuls_match_the_interpreter(target, family, M, n_vec
     arrays = [A, B, rng.integers(-5000, 5000, N).astype(np.int32)] + ([scale] if per_channel else [])
     want = np.zeros((M, N), out_dt)
     compile(tree, target="interp")(*arrays, want)
-    kernel, got = run(tree, target, arrays)
+    kernel, got = run(tree, target, arrays, family)
     assert kernel.tensorized is not None
     np.testing.assert_array_equal(got, want)
 
@@ -84,7 +86,7 @@ def test_int8_convolutions_are_exact(target, family, C, H, k_vec, R, stride, pad
     X, W = ints(rng, pair[0], tree.buffer("X").shape), ints(rng, pair[1], tree.buffer("Wt").shape)
     want = np.zeros(tree.buffer("Y").shape, np.int32)
     compile(tree, target="interp")(X, W, want)
-    kernel, got = run(tree, target, [X, W])
+    kernel, got = run(tree, target, [X, W], family)
     assert kernel.tensorized is not None
     np.testing.assert_array_equal(got, want)
 
@@ -94,7 +96,7 @@ def test_the_extremes_of_uint8_times_int8_do_not_saturate(target, family):
     lanes = get_target(target).vector_bits // 32
     A = np.full((3, 64), 255, np.uint8)
     B = np.full((64, 2 * lanes), -128, np.int8)
-    kernel, got = run(int8_matmul(3, 2 * lanes, 64, "uint8", "int8"), target, [A, B])
+    kernel, got = run(int8_matmul(3, 2 * lanes, 64, "uint8", "int8"), target, [A, B], family)
     assert (got == 64 * 255 * -128).all(), kernel.tensorized
 
 

@@ -5,7 +5,7 @@ accumulation, optionally requantized) of a tree, where it has loops of its own, 
 registry entry the target runs that the rewriter can apply, and returns the tree unchanged
 when none applies (its integer code is then emitted as it stands: correct, not tensorized).
 An instruction set is used only where the target may assume it: a target's own features, plus
-the extensions listed here when the host running the compile has them (a compile for another
+the target's `extensions` when the host running the compile has them (a compile for another
 machine names that machine's target and gets its baseline).
 """
 from __future__ import annotations
@@ -16,24 +16,18 @@ from .registry import TensorInstr, instructions_for
 from .rewrite import accumulation_dtype, tensorize
 from .scheduled import alone, isolate, loop_vars, splice, tensorize_requested
 
-# dot-product extensions a target's code may use when this CPU has them: VEX-encoded AVX-VNNI
-# runs wherever AVX2 code runs; EVEX AVX512_VNNI only beside AVX-512
-EXTENSIONS = {"avx2": frozenset({"avx_vnni"}), "avx512": frozenset({"avx512_vnni", "avx_vnni"}),
-              "neon": frozenset({"asimddp"})}
-
 
 def target_features(target) -> frozenset[str]:
     """What the target's code may use: its own features, a named CPU preset's (`cpu="apple-m1"`
-    has the dot product), and the extensions above that this host has when it is the target's."""
+    has the dot product), and the target's `extensions` that this host has when it is the target's."""
     from ...isa import cpu
-    from ...isa.target import CPU_PRESETS
-    from ...isa.target import host_arch
+    from ...isa.target import CPU_PRESETS, host_arch
 
     feats = set(target.required)
-    if getattr(target, "cpu", "") in CPU_PRESETS:
+    if target.cpu in CPU_PRESETS:
         feats |= CPU_PRESETS[target.cpu][1]
     elif target.arch == host_arch():
-        feats |= EXTENSIONS.get(target.name, frozenset()) & cpu.cpu_features()
+        feats |= target.extensions & cpu.cpu_features()
     return frozenset(f.lower() for f in feats)
 
 
