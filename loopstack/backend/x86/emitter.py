@@ -295,7 +295,7 @@ class X86Emitter(Emitter):
             if operand.broadcast:
                 self.asm.emit("vpbroadcastd", self.v(reg, shape), operand.with_bits(32))
             else:
-                self.asm.emit(integer._vec_move(self) if shape.vector else "vmovdqu", self.v(reg, shape),
+                self.asm.emit(integer.vec_move(self) if shape.vector else "vmovdqu", self.v(reg, shape),
                               operand.with_bits(self.bits if shape.vector else 128))
             return
         if operand.broadcast:

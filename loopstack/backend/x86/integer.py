@@ -28,7 +28,7 @@ ARITH = {"add": "vpaddd", "sub": "vpsubd", "mul": "vpmulld", "max": "vpmaxsd", "
 al = GPR8[0]
 
 
-def _vec_move(em) -> str:
+def vec_move(em) -> str:
     return "vmovdqu32" if em.avx512 else "vmovdqu"
 
 
@@ -45,7 +45,7 @@ def load_const(em, reg: int, value, shape: Shape) -> None:
     if float(value) == 0.0:
         em.asm.emit("vpxor" if not em.avx512 else "vpxord", r, r, r)
     else:
-        em.asm.emit(_vec_move(em) if shape.vector else "vmovd", r,
+        em.asm.emit(vec_move(em) if shape.vector else "vmovd", r,
                     const(em, value).with_bits(em.bits if shape.vector else 32))
 
 
@@ -80,7 +80,7 @@ def load_into(em, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None
         else:
             a.emit("vmaskmovps", vreg(reg, 256), em.mask(shape.lanes), m.with_bits(256))
         return
-    a.emit(_vec_move(em), r, m.with_bits(em.bits))      # int32 lanes, or a Dot operand's bytes
+    a.emit(vec_move(em), r, m.with_bits(em.bits))      # int32 lanes, or a Dot operand's bytes
 
 
 def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
@@ -94,7 +94,7 @@ def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
         return
     if dtype == "int32":
         if not shape.masked:
-            a.emit(_vec_move(em), m.with_bits(em.bits), em.v(reg, shape))
+            a.emit(vec_move(em), m.with_bits(em.bits), em.v(reg, shape))
         elif em.avx512:
             a.emit("vmovdqu32", m.with_bits(512).masked(em.mask(shape.lanes)), vreg(reg, 512))
         else:
