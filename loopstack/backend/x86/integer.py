@@ -29,6 +29,7 @@ al = GPR8[0]
 
 
 def vec_move(em) -> str:
+    """The whole-register move of integer lanes at the emitter's width."""
     return "vmovdqu32" if em.avx512 else "vmovdqu"
 
 
