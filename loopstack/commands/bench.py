@@ -22,7 +22,8 @@ def add_arguments(parser) -> None:
                         help="run only these workloads (repeatable)")
     parser.add_argument("--json", metavar="FILE", help="write one JSON record per workload")
     parser.add_argument("--compare", default="numpy,torch", metavar="PEERS",
-                        help="comma-separated peers: numpy,torch,halide (default numpy,torch; '' for none)")
+                        help="comma-separated peers: numpy,torch,halide,onnxruntime,xnnpack (default "
+                             "numpy,torch; '' for none); all single-threaded")
     parser.add_argument("--threads", type=int, default=1, metavar="N",
                         help="also time loopstack's kernels on N threads (the peers stay single-threaded)")
     parser.add_argument("--runs", type=int, default=10, help="timed runs per measurement (best counts)")
