@@ -8,8 +8,10 @@ otherwise (the weights' pack, a transpose; reductions such as the weight sums). 
 live in lane 0 of an xmm register, so that one set of vector instructions (vpaddd, vpmulld,
 vpmaxsd, ...) serves both. 8-bit loads are widened to int32 (zero- or sign-extended by dtype:
 `vpmovzxbd` / `vpmovsxbd`, a "widen" load) and 8-bit stores keep the low byte, as C's
-conversions do (`vpmovdb`; on AVX2 a mask and two packs). AVX2 has no masked byte moves: the
-walk emits an 8-bit statement's tail as scalars (X86Emitter.vector_tail).
+conversions do (`vpmovdb`; on AVX2 a mask and two packs). int16 (the widened operands of the
+exact AVX2 dot path) moves the same way: `vpmovsxwd` in, the low 16 bits out (`vpmovdw`; on
+AVX2 a sign-extension of the low word and one pack). AVX2 has no masked byte or word moves: the
+walk emits a narrow statement's tail as scalars (X86Emitter.vector_tail).
 """
 from __future__ import annotations
 
@@ -18,14 +20,17 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...isa.x86.operands import GPR8, Mem, eax
 from ...looptree.ir import Load
+from ..analysis import NARROW_INTEGERS
 from ..tensorize.registry import instruction
 from ..values import Shape, Val
 from .dot import emit_dot
 from .values import vreg
 
-INT_DTYPES = frozenset({"int32", "int8", "uint8"})
+INT_DTYPES = frozenset({"int32", "int16", "int8", "uint8"})
 ARITH = {"add": "vpaddd", "sub": "vpsubd", "mul": "vpmulld", "max": "vpmaxsd", "min": "vpminsd"}
 al = GPR8[0]
+# per narrow dtype: (sign- or zero-extending load to int32, bytes per element)
+WIDEN = {"int8": ("vpmovsxbd", 1), "uint8": ("vpmovzxbd", 1), "int16": ("vpmovsxwd", 2)}
 
 
 def vec_move(em) -> str:
@@ -60,18 +65,20 @@ def load_into(em, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None
         if dtype == "int32":
             a.emit("vmovd", vreg(reg, 128), m.with_bits(32))
         else:
-            a.emit("movsx" if dtype == "int8" else "movzx", eax, m.with_bits(8))
+            a.emit("movzx" if dtype == "uint8" else "movsx", eax, m.with_bits(8 * WIDEN[dtype][1]))
             a.emit("vmovd", vreg(reg, 128), eax)
         return
-    if kind == "widen":                       # bytes, one per int32 lane
-        widen = "vpmovsxbd" if dtype == "int8" else "vpmovzxbd"
+    if kind == "widen":                       # bytes or words, one per int32 lane
+        widen, size = WIDEN[dtype]
+        narrow = em.bits // 4 * size          # the lanes' bytes, in bits
         if not shape.masked:
-            a.emit(widen, r, m.with_bits(em.bits // 4))
+            a.emit(widen, r, m.with_bits(narrow))
         elif em.avx512:                       # a byte-masked load suppresses faults past the tail
-            a.emit("vmovdqu8", vreg(reg, 128).masked(em.mask(shape.lanes), zero=True), m.with_bits(128))
-            a.emit(widen, r, vreg(reg, 128))
+            move = "vmovdqu8" if size == 1 else "vmovdqu16"
+            a.emit(move, vreg(reg, narrow).masked(em.mask(shape.lanes), zero=True), m.with_bits(narrow))
+            a.emit(widen, r, vreg(reg, narrow))
         else:
-            raise UnsupportedError("an 8-bit AVX2 vector load has no lane tail (the walk emits it as scalars)")
+            raise UnsupportedError(f"an {dtype} AVX2 vector load has no lane tail (the walk emits it as scalars)")
         return
     if shape.masked:
         if dtype != "int32":
@@ -89,6 +96,8 @@ def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
     if not shape.vector:
         if dtype == "int32":
             a.emit("vmovd", m.with_bits(32), vreg(reg, 128))
+        elif dtype == "int16":
+            a.emit("vpextrw", m.with_bits(16), vreg(reg, 128), 0)
         else:
             a.emit("vmovd", eax, vreg(reg, 128))
             a.emit("mov", m.with_bits(8), al)
@@ -100,6 +109,9 @@ def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
             a.emit("vmovdqu32", m.with_bits(512).masked(em.mask(shape.lanes)), vreg(reg, 512))
         else:
             a.emit("vmaskmovps", m.with_bits(256), em.mask(shape.lanes), em.v(reg, shape))
+        return
+    if dtype == "int16":
+        _store_words(em, reg, m, shape)
         return
     # int32 lanes to their low bytes, as the scalar store does: AVX-512 truncates with vpmovdb
     if em.avx512:
@@ -120,8 +132,29 @@ def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
     em.regs.release(t.num)
 
 
-def reads_or_writes_bytes(tree, stmt) -> bool:
-    return any(tree.buffer(acc.buffer).dtype in ("int8", "uint8") for acc in (stmt.out, *stmt.reads()))
+def _store_words(em, reg: int, m: Mem, shape: Shape) -> None:
+    """int32 lanes to their low 16 bits, as the scalar store does."""
+    a = em.asm
+    if em.avx512:
+        dst = m.with_bits(em.bits // 2)
+        if shape.masked:
+            dst = dst.masked(em.mask(shape.lanes))
+        a.emit("vpmovdw", dst, vreg(reg, em.bits))
+        return
+    if shape.masked:
+        raise UnsupportedError("an int16 AVX2 vector store has no lane tail (the walk emits it as scalars)")
+    # the signed pack saturates: sign-extend each lane's low word first, which it passes unchanged
+    t = vreg(em.regs.alloc(), 256)
+    a.emit("vpslld", t, vreg(reg, 256), 16)
+    a.emit("vpsrad", t, t, 16)
+    a.emit("vpackssdw", t, t, t)                              # words 0-3 | 4-7, in each 128-bit half
+    a.emit("vpermq", t, t, 0x08)                              # words 0-7 in the low half
+    a.emit("vmovdqu", m.with_bits(128), t.x)
+    em.regs.release(t.num)
+
+
+def moves_narrow_integers(tree, stmt) -> bool:
+    return any(tree.buffer(acc.buffer).dtype in NARROW_INTEGERS for acc in (stmt.out, *stmt.reads()))
 
 
 def arith(em, op: str, d: int, a: int, b: Val, shape: Shape) -> None:
@@ -160,7 +193,8 @@ def dot(em, acc: int, e, a: int, b: Val, shape: Shape) -> None:
     if instr.isa != "x86_64" or instr.vector_bits != em.bits:
         raise UnsupportedError(f"{instr.name} is no {em.bits}-bit x86 instruction")
     loaded = None
-    if b.reg is None and instr.mnemonic == "vpmaddwd":     # the widening path reads registers
+    # the byte-widening path reads registers; vpmaddwd has no embedded broadcast
+    if b.reg is None and instr.mnemonic == "vpmaddwd" and (instr.k == 4 or b.mem.broadcast):
         b = loaded = em.to_reg(b, shape)
     scratch = [em.regs.alloc() for _ in range(instr.scratch)]
     mask = em.const_bits(0x00FF00FF).with_bits(em.bits)
