@@ -47,14 +47,6 @@ class X86Emitter(Emitter):
         self.next_slot = 2        # stack slots of counters; 0: start, 1: end
 
     @classmethod
-    def unmasked_byte_lanes(cls, target) -> int:
-        return 0 if target.vector_bits == 512 else cls.lanes(target)
-
-    def vector_tail(self, stmt) -> bool:
-        """AVX-512 masks every load and store; AVX2 has no masked 8-bit moves."""
-        return self.avx512 or not integer.moves_narrow_integers(self.tree, stmt)
-
-    @classmethod
     def check_tree(cls, tree: LoopTree, target) -> None:
         for b in tree.buffers:
             if b.dtype not in ("float32", "float16") and b.dtype not in integer.INT_DTYPES:

@@ -10,8 +10,9 @@ vpmaxsd, ...) serves both. 8-bit loads are widened to int32 (zero- or sign-exten
 `vpmovzxbd` / `vpmovsxbd`, a "widen" load) and 8-bit stores keep the low byte, as C's
 conversions do (`vpmovdb`; on AVX2 a mask and two packs). int16 (the widened operands of the
 exact AVX2 dot path) moves the same way: `vpmovsxwd` in, the low 16 bits out (`vpmovdw`; on
-AVX2 a sign-extension of the low word and one pack). AVX2 has no masked byte or word moves: the
-walk emits a narrow statement's tail as scalars (X86Emitter.vector_tail).
+AVX2 a sign-extension of the low word and one pack). A vector tail is masked on AVX-512; AVX2
+has no masked byte or word moves, so its tail's elements are inserted (`vpinsrb` / `vpinsrw`)
+and extracted (`vpextrb` / `vpextrw`) one by one, never touching memory past the tail.
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...isa.x86.operands import GPR8, Mem, eax
 from ...looptree.ir import Load
-from ..analysis import NARROW_INTEGERS
 from ..tensorize.registry import instruction
 from ..values import Shape, Val
 from .dot import emit_dot
@@ -77,8 +77,12 @@ def load_into(em, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None
             move = "vmovdqu8" if size == 1 else "vmovdqu16"
             a.emit(move, vreg(reg, narrow).masked(em.mask(shape.lanes), zero=True), m.with_bits(narrow))
             a.emit(widen, r, vreg(reg, narrow))
-        else:
-            raise UnsupportedError(f"an {dtype} AVX2 vector load has no lane tail (the walk emits it as scalars)")
+        else:                                 # AVX2: the tail's elements one by one, nothing past it
+            x = vreg(reg, 128)
+            a.emit("vpxor", x, x, x)
+            for i in range(shape.lanes):
+                a.emit("vpinsrb" if size == 1 else "vpinsrw", x, x, (m + i * size).with_bits(8 * size), i)
+            a.emit(widen, r, x)
         return
     if shape.masked:
         if dtype != "int32":
@@ -110,51 +114,32 @@ def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
         else:
             a.emit("vmaskmovps", m.with_bits(256), em.mask(shape.lanes), em.v(reg, shape))
         return
-    if dtype == "int16":
-        _store_words(em, reg, m, shape)
-        return
-    # int32 lanes to their low bytes, as the scalar store does: AVX-512 truncates with vpmovdb
-    if em.avx512:
-        dst = m.with_bits(128)
+    # int32 lanes to their low bytes (words), as the scalar store does
+    size = WIDEN[dtype][1]
+    if em.avx512:                                             # vpmovdb / vpmovdw truncate
+        dst = m.with_bits(em.bits // 4 * size)
         if shape.masked:
             dst = dst.masked(em.mask(shape.lanes))
-        a.emit("vpmovdb", dst, vreg(reg, 512))
+        a.emit("vpmovdb" if size == 1 else "vpmovdw", dst, vreg(reg, 512))
         return
-    if shape.masked:
-        raise UnsupportedError("an 8-bit AVX2 vector store has no lane tail (the walk emits it as scalars)")
-    # AVX2 packs saturate: keep each lane's low byte first (0..255), which both packs pass unchanged
+    # AVX2 packs saturate: bring each lane first into the range they pass unchanged (its low byte,
+    # 0..255, or its low word sign-extended)
     t = vreg(em.regs.alloc(), 256)
-    a.emit("vpand", t, vreg(reg, 256), em.const_bits(0xFF).with_bits(256))
+    if size == 1:
+        a.emit("vpand", t, vreg(reg, 256), em.const_bits(0xFF).with_bits(256))
+    else:
+        a.emit("vpslld", t, vreg(reg, 256), 16)
+        a.emit("vpsrad", t, t, 16)
     a.emit("vpackssdw", t, t, t)                              # words 0-3 | 4-7, in each 128-bit half
     a.emit("vpermq", t, t, 0x08)                              # words 0-7 in the low half
-    a.emit("vpackuswb", t.x, t.x, t.x)                        # bytes 0-7
-    a.emit("vmovq", m.with_bits(64), t.x)
+    if size == 1:
+        a.emit("vpackuswb", t.x, t.x, t.x)                    # bytes 0-7
+    if not shape.masked:
+        a.emit("vmovq" if size == 1 else "vmovdqu", m.with_bits(64 * size), t.x)
+    else:                                                     # a tail: its elements one by one
+        for i in range(shape.lanes):
+            a.emit("vpextrb" if size == 1 else "vpextrw", (m + i * size).with_bits(8 * size), t.x, i)
     em.regs.release(t.num)
-
-
-def _store_words(em, reg: int, m: Mem, shape: Shape) -> None:
-    """int32 lanes to their low 16 bits, as the scalar store does."""
-    a = em.asm
-    if em.avx512:
-        dst = m.with_bits(em.bits // 2)
-        if shape.masked:
-            dst = dst.masked(em.mask(shape.lanes))
-        a.emit("vpmovdw", dst, vreg(reg, em.bits))
-        return
-    if shape.masked:
-        raise UnsupportedError("an int16 AVX2 vector store has no lane tail (the walk emits it as scalars)")
-    # the signed pack saturates: sign-extend each lane's low word first, which it passes unchanged
-    t = vreg(em.regs.alloc(), 256)
-    a.emit("vpslld", t, vreg(reg, 256), 16)
-    a.emit("vpsrad", t, t, 16)
-    a.emit("vpackssdw", t, t, t)                              # words 0-3 | 4-7, in each 128-bit half
-    a.emit("vpermq", t, t, 0x08)                              # words 0-7 in the low half
-    a.emit("vmovdqu", m.with_bits(128), t.x)
-    em.regs.release(t.num)
-
-
-def moves_narrow_integers(tree, stmt) -> bool:
-    return any(tree.buffer(acc.buffer).dtype in NARROW_INTEGERS for acc in (stmt.out, *stmt.reads()))
 
 
 def arith(em, op: str, d: int, a: int, b: Val, shape: Shape) -> None:
