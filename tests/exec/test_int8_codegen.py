@@ -132,6 +132,18 @@ def test_the_int8_bench_agrees_with_onnxruntime_bit_for_bit():
     assert "QCONV-4" in bench_int8.format_table(rows)
 
 
+@pytest.mark.skipif("avx2" not in TARGETS, reason="needs an AVX2 host")
+def test_the_int8_bench_runs_the_pairs_path_and_a_named_entry_exactly():
+    """`bench/int8.py --target avx2 --widening`, and with `--instr` the byte-widening path beside it."""
+    pytest.importorskip("onnxruntime", reason="onnxruntime is the int8 bench's peer")
+    from loopstack.commands import bench_int8
+
+    t = dataclasses.replace(get_target("avx2"), extensions=frozenset())
+    for name, want in ((None, "avx2.dot.s16.bcst_a"), ("avx2.dot.u8s8.bcst_a", "avx2.dot.u8s8.bcst_a")):
+        (row,) = bench_int8.rows(runs=1, rounds=1, target=t, names={"QCONV-4"}, instr_name=name)
+        assert row["instr"] == want and row["exact"], row
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dtype", ["int32", "int16", "int8", "uint8"])
 @pytest.mark.parametrize("binary, unary", [("add", ()), ("sub", ("relu",)), ("mul", ()), ("max", ("neg",)),
