@@ -7,11 +7,11 @@ is emitted; this module only spells it:
     `b` may also be memory (the r/m operand).
   - the exact AVX2 path on pairs of 16-bit values (`avx2.dot.s16`, operands widened when they
     were packed and staged): `vpmaddwd t, a, b` and `vpaddd acc, acc, t`; `b` may be memory.
-  - the exact AVX2 path on bytes (`avx2.dot.u8s8`, `.s8s8`): bytes are widened to 16 bits inside each 16-bit word (even bytes by
-    masking or shifting up and back, odd bytes by shifting down; zero- or sign-extended per
-    operand dtype) and multiplied with two `vpmaddwd`, whose int32 sums of two products of
-    8-bit values cannot overflow. `vpmaddubsw` is never used: its int16 sums saturate
-    (255 x 127 + 255 x 127 > 32767).
+  - the exact AVX2 path on bytes (`avx2.dot.u8s8`, `.s8s8`): bytes are widened to 16 bits
+    inside each 16-bit word (even bytes by masking or shifting up and back, odd bytes by
+    shifting down; zero- or sign-extended per operand dtype) and multiplied with two
+    `vpmaddwd`, whose int32 sums of two products of 8-bit values cannot overflow.
+`vpmaddubsw` is never used: its int16 sums saturate (255 x 127 + 255 x 127 > 32767).
 """
 from __future__ import annotations
 
