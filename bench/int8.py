@@ -2,6 +2,10 @@
 the same table as `loopstack bench --suite int8` (see loopstack/commands/bench_int8.py).
 
     python3 bench/int8.py [--json FILE] [--runs N] [--rounds N] [-w GEMM-512 ...]
+                          [--target avx2] [--widening] [--instr avx2.dot.u8s8.bcst_a]
+
+`--target avx2 --widening` is what an AVX2 CPU without VNNI runs (Zen 3): the exact vpmaddwd path
+on 16-bit pairs; `--instr avx2.dot.u8s8.bcst_a` beside it, the byte-widening path it replaced.
 """
 import os
 import sys

@@ -34,6 +34,7 @@ DTYPES: dict[str, DType] = {
         DType("bfloat16", 2, True, "float32"),    # ml_dtypes' numpy type; computed by the GPU backend
         DType("int8", 1, False, "int32"),
         DType("uint8", 1, False, "int32"),
+        DType("int16", 2, False, "int32"),     # 8-bit operands pre-widened for the exact AVX2 dot path
         DType("int32", 4, False, "int32"),
     )
 }

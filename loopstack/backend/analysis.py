@@ -182,7 +182,9 @@ def _dot_plan(tree: LoopTree, loop: Loop, stmt: Compute, byte_map) -> VectorPlan
 # integer element-wise operations every code generator that vectorises integers implements
 INTEGER_BINARY = frozenset({"add", "sub", "mul", "max", "min"})
 INTEGER_UNARY = frozenset({"relu", "abs", "neg"})
-INTEGER_DTYPES = frozenset({"int32", "int8", "uint8"})
+INTEGER_DTYPES = frozenset({"int32", "int16", "int8", "uint8"})
+# integers narrower than an int32 lane: widened on load, narrowed on store
+NARROW_INTEGERS = frozenset({"int16", "int8", "uint8"})
 
 
 def _integer_statement(tree: LoopTree, stmt: Compute) -> bool:
@@ -217,7 +219,7 @@ def _integer_plan(tree: LoopTree, loop: Loop, byte_map, byte_lanes: int) -> Vect
     scalars; a sum's, held in a register block, cannot: without masks it needs whole vectors."""
     for stmt in loop.body:
         if (stmt.reduce is not None and byte_lanes and tree.dim_size(loop.dim) % byte_lanes
-                and any(tree.buffer(b).dtype in ("int8", "uint8") for b in _buffers_of(stmt))):
+                and any(tree.buffer(b).dtype in NARROW_INTEGERS for b in _buffers_of(stmt))):
             return None
         if element_stride(byte_map(tree, stmt.out), loop.dim) != 1:
             return None

@@ -20,7 +20,7 @@ import functools
 from ..dtypes import DTYPES
 from ..errors import UnsupportedError
 from ..looptree.ir import Acc, Access, Binary, Compute, Const, Dot, Load, LoopTree, Unary, expr_loads
-from .analysis import ByteMap, byte_map, dot_kind, element_stride, vector_plan
+from .analysis import NARROW_INTEGERS, ByteMap, byte_map, dot_kind, element_stride, vector_plan
 from .values import RegisterFile, Shape, Val
 
 __all__ = ["Emitter", "Shape", "Val"]
@@ -128,7 +128,7 @@ class Emitter:
             stride = element_stride(self.bytemap(access), shape.dim)
             k = self._dot_k.get(id(access))
             kind = dot_kind(stride, k) if k else ("vec" if stride == 1 else "bcast")
-            if kind == "vec" and not k and self.dtype_of(access) in ("int8", "uint8"):
+            if kind == "vec" and not k and self.dtype_of(access) in NARROW_INTEGERS:
                 kind = "widen"
             self._kinds[key] = kind
         return kind

@@ -7,6 +7,11 @@ peak (a JIT'd chain of the instruction the kernel uses, probed beside every roun
 the instruction, whether the output equals the peers' bit for bit; onnxruntime's
 `MatMulInteger` / `QLinearConv` (single thread) and, where installed, torch's quantized conv
 (fbgemm); and loopstack's own fp32 kernel of the same shape. The median of rounds counts.
+
+`--widening` compiles for the target without its dot-product extensions (VNNI, AVX-VNNI): the
+exact path on 16-bit pairs an AVX2 CPU without them runs. `--instr NAME` rewrites each
+contraction for one registry entry instead of the one the compile picks (`avx2.dot.u8s8.bcst_a`:
+the byte-widening path, which widens both operands in registers at every use).
 """
 from __future__ import annotations
 
@@ -104,12 +109,12 @@ def _gops(fn, ops, runs):
 
 def int8_peak(instr) -> float:
     """GOPS of a chain of `instr` on this core (see backend/x86/dot.py)."""
-    from ..backend.x86.dot import dot_probe_code
+    from ..backend.x86.dot import dot_probe_code, probe_chains
     from ..isa.execmem import ExecutableCode
 
     probe = ExecutableCode(dot_probe_code(instr), "void(*)(int64_t)")
     n = 20000
-    chains = 8 if instr.scratch else 12
+    chains = probe_chains(instr)
     return chains * instr.lanes * instr.k * 2 * n / best_seconds(lambda: probe(n), 5) / 1e9
 
 
@@ -135,8 +140,25 @@ def _fp32_gflops(shape_kind, dims, runs, target):
     return kernel.benchmark(runs=runs)
 
 
-def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target):
+def compile_with(tree, target, instr_name=None):
+    """The kernel of `tree`; with `instr_name`, its contraction rewritten for that registry entry
+    on the compile's default register block (a tree it does not apply to compiles as it is)."""
     from ..backend import compile as compile_tree
+    from ..backend.tensorize import instruction, tensorize
+    from ..backend.tensorize.apply import register_block
+    from ..errors import ScheduleError, UnsupportedError
+    from ..isa.target import get_target
+
+    if instr_name is not None:
+        target, instr = get_target(target), instruction(instr_name)
+        try:
+            tree = tensorize(tree, instr, block=register_block(target, instr)).tree
+        except (ScheduleError, UnsupportedError):
+            pass                    # not a contraction that entry computes (a depthwise sum)
+    return compile_tree(tree, target=target)
+
+
+def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target, instr_name=None):
 
     # a process's first use of a mnemonic parses its encoder table rows (isa/x86/forms.py): the
     # best of three compiles is the kernel's own cost, as in a process that has compiled before;
@@ -144,7 +166,7 @@ def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target):
     compile_ms = compile_cpu_ms = float("inf")
     for _ in range(3):
         t0, c0 = time.perf_counter(), time.process_time()
-        kernel = compile_tree(tree, target=target)
+        kernel = compile_with(tree, target, instr_name)
         compile_ms = min(compile_ms, (time.perf_counter() - t0) * 1e3)
         compile_cpu_ms = min(compile_cpu_ms, (time.process_time() - c0) * 1e3)
     kernel.threads = 1
@@ -172,7 +194,7 @@ def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target):
     return row
 
 
-def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None):
+def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None, instr_name=None):
     rng = np.random.default_rng(0)
     out = []
     jobs = []
@@ -194,7 +216,8 @@ def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None
                 fn = ort_matmul_integer(A, B)
                 return {"onnxruntime": fn}, {"numpy": lambda: A.astype(np.int32) @ B.astype(np.int32)}
             out.append(measure(name, gemm_tree(n), lambda A=A, B=B: [A, B], 2 * n ** 3, peers_fn,
-                               lambda n=n: _fp32_gflops("gemm", n, runs, target), runs, rounds, target))
+                               lambda n=n: _fp32_gflops("gemm", n, runs, target), runs, rounds, target,
+                               instr_name))
             continue
         depthwise = name.startswith("QDW")
         if depthwise:
@@ -221,7 +244,7 @@ def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None
             return {"onnxruntime": fn}, {"onnxruntime": ref}
         fp32 = (lambda: float("nan")) if depthwise else (lambda i=spec[0]: _fp32_gflops("conv", i, runs, target))
         out.append(measure(name, tree, lambda X=X, W=W, bias=bias, scale=scale: [X, W, bias, scale], ops,
-                           peers_fn, fp32, runs, rounds, target))
+                           peers_fn, fp32, runs, rounds, target, instr_name))
     return out
 
 
@@ -255,7 +278,9 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default=None)
     ap.add_argument("--workload", "-w", action="append", default=[])
     ap.add_argument("--widening", action="store_true",
-                    help="use only the exact widening path (vpmaddwd), as on a CPU without VNNI")
+                    help="compile without VNNI / AVX-VNNI, as for a CPU without them (the exact vpmaddwd path)")
+    ap.add_argument("--instr", metavar="NAME", default=None,
+                    help="tensorize with this registry entry (e.g. avx2.dot.u8s8.bcst_a, the byte-widening path)")
     args = ap.parse_args(argv)
     return run(args)
 
@@ -270,7 +295,8 @@ def run(args) -> int:
     if getattr(args, "widening", False):     # no VNNI / AVX-VNNI: what a CPU without them runs
         target = dataclasses.replace(get_target(target), extensions=frozenset())
     got = rows(args.runs, args.rounds, target, set(args.workload) or None,
-               progress=lambda i, n, name: print(f"[{i + 1}/{n}] {name}", file=sys.stderr))
+               progress=lambda i, n, name: print(f"[{i + 1}/{n}] {name}", file=sys.stderr),
+               instr_name=getattr(args, "instr", None))
     print(f"int8 kernels on {cpu_brand()}, one thread; %peak: share of the kernel's instruction chain "
           "probed beside each round; exact: equal to the peer (onnxruntime, or numpy's int32) bit for bit")
     print(format_table(got))

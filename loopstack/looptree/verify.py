@@ -232,8 +232,8 @@ def _check_dot(comp: Compute, st: str, out, bufs: dict) -> None:
         raise ShapeError(f"{st}: a dot product sums k >= 1 terms, not {d.k!r}")
     for x in (d.a, d.b):
         b = bufs.get(x.access.buffer)
-        if b is not None and b.dtype not in ("int8", "uint8"):
-            raise DTypeError(f"{st}: a dot product reads 8-bit integers; {b.name} is {b.dtype}")
+        if b is not None and b.dtype not in ("int8", "uint8", "int16"):
+            raise DTypeError(f"{st}: a dot product reads 8- or 16-bit integers; {b.name} is {b.dtype}")
 
 
 def _check_tensorize_request(comp: Compute, st: str) -> None:

@@ -1,10 +1,11 @@
 """Quantized kernels, natively: random int8 matmuls and convolutions against numpy's int32.
 
 Each program compiles for every target this CPU runs, once with the instruction the compile
-picks (VNNI / AVX-VNNI where the CPU has them) and once with only the exact widening path
-(`vpmaddwd` on bytes widened to 16 bits); results must equal numpy's int32 arithmetic bit for
-bit, and a requantized output the reference interpreter's (itself bit-exact against
-onnxruntime, tests/unit/test_requant.py).
+picks (VNNI / AVX-VNNI where the CPU has them), once as on a CPU without them (the exact path:
+`vpmaddwd` on 16-bit pairs, packed and staged widened) and once on the byte-widening path (bytes
+widened in registers at every use, asked for by name); results must equal numpy's int32
+arithmetic bit for bit, and a requantized output the reference interpreter's (itself bit-exact
+against onnxruntime, tests/unit/test_requant.py).
 """
 import dataclasses
 
@@ -13,6 +14,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from loopstack.backend import compile
+from loopstack.backend.tensorize import instruction, tensorize
+from loopstack.backend.tensorize.apply import register_block
+from loopstack.errors import ScheduleError, UnsupportedError
 from loopstack.isa import cpu
 from loopstack.isa.target import get_target
 from int8_programs import int8_conv, int8_matmul, int8_matmul_case, ints
@@ -22,17 +26,32 @@ TARGETS = [t for t, need in (("avx2", "avx2"), ("avx512", "avx512f")) if need in
 PAIRS = [("uint8", "int8"), ("int8", "int8")]
 
 
-@pytest.fixture(params=["chosen", "widening"])
+@pytest.fixture(params=["chosen", "widening", "bytes"])
 def family(request):
-    """`widening`: the compile may not use VNNI or AVX-VNNI, as on a CPU without them."""
+    """`widening`: the compile may not use VNNI or AVX-VNNI, as on a CPU without them; `bytes`:
+    the contraction is rewritten for the byte-widening entry of that target's width."""
     return request.param
+
+
+def byte_widening(tree, t):
+    """`tree` with its contraction on `t`'s byte-widening entry, where the rewriter can apply it."""
+    (_, s), = [(st, c) for st, c in tree.computes() if c.reduce == "add"]
+    a_dt = tree.buffer(s.expr.a.access.buffer).dtype
+    prefix = "avx2" if t.vector_bits == 256 else "avx512bw"
+    instr = instruction(f"{prefix}.dot.{'s8s8' if a_dt == 'int8' else 'u8s8'}.bcst_a")
+    try:
+        return tensorize(tree, instr, block=register_block(t, instr)).tree
+    except (UnsupportedError, ScheduleError):
+        return tree
 
 
 def run(tree, target, arrays, family="chosen"):
     outs = [np.zeros(b.shape, b.dtype) for b in tree.outputs]
     t = get_target(target)
-    if family == "widening":
+    if family != "chosen":
         t = dataclasses.replace(t, extensions=frozenset())
+    if family == "bytes":
+        tree = byte_widening(tree, t)
     kernel = compile(tree, target=t)
     kernel(*arrays, *outs)
     return kernel, outs[0]
@@ -50,8 +69,10 @@ def test_int8_matmuls_are_exact(target, family, M, n_vec, n_extra, K, pair, bias
     np.testing.assert_array_equal(got, want)
     if not n_extra:
         assert kernel.tensorized is not None
-        assert ("dot" in kernel.tensorized) == (family == "widening" or not
+        assert ("dot" in kernel.tensorized) == (family != "chosen" or not
                                                  (FEATURES & {"avx512_vnni", "avx_vnni"}))
+        if family != "chosen":
+            assert (".dot.s16" in kernel.tensorized) == (family == "widening"), kernel.tensorized
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -111,8 +132,20 @@ def test_the_int8_bench_agrees_with_onnxruntime_bit_for_bit():
     assert "QCONV-4" in bench_int8.format_table(rows)
 
 
+@pytest.mark.skipif("avx2" not in TARGETS, reason="needs an AVX2 host")
+def test_the_int8_bench_runs_the_pairs_path_and_a_named_entry_exactly():
+    """`bench/int8.py --target avx2 --widening`, and with `--instr` the byte-widening path beside it."""
+    pytest.importorskip("onnxruntime", reason="onnxruntime is the int8 bench's peer")
+    from loopstack.commands import bench_int8
+
+    t = dataclasses.replace(get_target("avx2"), extensions=frozenset())
+    for name, want in ((None, "avx2.dot.s16.bcst_a"), ("avx2.dot.u8s8.bcst_a", "avx2.dot.u8s8.bcst_a")):
+        (row,) = bench_int8.rows(runs=1, rounds=1, target=t, names={"QCONV-4"}, instr_name=name)
+        assert row["instr"] == want and row["exact"], row
+
+
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("dtype", ["int32", "int8", "uint8"])
+@pytest.mark.parametrize("dtype", ["int32", "int16", "int8", "uint8"])
 @pytest.mark.parametrize("binary, unary", [("add", ()), ("sub", ("relu",)), ("mul", ()), ("max", ("neg",)),
                                            ("min", ("abs",)), (None, ("relu",))])
 def test_integer_element_wise_code_runs_natively(target, dtype, binary, unary):

@@ -1,14 +1,15 @@
 """Vectorised integer copies: the staging, shifting and element-wise code around int8 kernels.
 
 Element-wise integer statements compile to vectors of int32 lanes, 8-bit operands widened on
-load (vpmovzxbd / vpmovsxbd) and narrowed to their low byte on store (vpmovdb; a mask and two
-packs on AVX2), with masked tails on AVX-512 and scalar tails on AVX2. Each result must equal
-the reference interpreter's (C's conversions: an 8-bit store keeps the low byte), and the code
-must really be vector code.
+load (vpmovzxbd / vpmovsxbd; int16, the exact AVX2 dot path's staged operands: vpmovsxwd) and
+narrowed to their low byte or word on store (vpmovdb / vpmovdw; a mask or a sign-extension and
+packs on AVX2), with masked tails on AVX-512 and tails inserted and extracted element by element
+on AVX2. Each result must equal the reference interpreter's (C's conversions: an 8-bit store
+keeps the low byte), and the code must really be vector code.
 """
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from loopstack.backend import compile
 from loopstack.looptree.builders import access, make_tree, nest
@@ -19,8 +20,8 @@ from int8_programs import ints
 
 FEATURES = cpu.cpu_features()
 TARGETS = [t for t, need in (("avx2", "avx2"), ("avx512", "avx512f")) if need in FEATURES]
-DTYPES = ["int8", "uint8", "int32"]
-WIDEN = ("vpmovzxbd", "vpmovsxbd")
+DTYPES = ["int8", "uint8", "int16", "int32"]
+WIDEN = ("vpmovzxbd", "vpmovsxbd", "vpmovsxwd")
 
 
 def shifted_copy(rows, cols, src_dt, dst_dt, shift, op="add", unary=None):
@@ -91,18 +92,15 @@ def test_a_quantized_convolution_stages_its_input_with_vector_code(target, pair)
 
 @pytest.mark.parametrize("target", TARGETS)
 @settings(max_examples=15, deadline=None)
-@given(C=st.sampled_from([3, 8, 16, 20, 32]), H=st.integers(3, 9), stride=st.integers(1, 2),
+@given(C=st.sampled_from([3, 8, 11, 16, 20, 29, 32]), H=st.integers(3, 9), stride=st.integers(1, 2),
        x_dt=st.sampled_from(["uint8", "int8"]), requant=st.booleans(), seed=st.integers(0, 2**31))
 def test_depthwise_int8_convolutions_are_vector_code_and_exact(target, C, H, stride, x_dt, requant, seed):
     """A depthwise convolution's sum over its taps runs in int32 lanes along the channels
     (widened loads, vpmulld, vpaddd, the requantization on the store), bit-exact against the
-    interpreter; channels that fill no whole vector on AVX2 stay scalar, still exact."""
+    interpreter; channels that fill no whole vector end in a vector tail (masked on AVX-512,
+    inserted and extracted element by element on AVX2)."""
     from loopstack.commands.bench_int8 import qconv_tree
 
-    # known limit, not of this path: on AVX2 a requantized sum over more channels than a vector
-    # without filling whole vectors runs as scalar code too wide for one register block, and the
-    # requantization cannot follow a sum split over nests (UnsupportedError, tests below)
-    assume(not (target == "avx2" and requant and C % 8 and C > 8))
     tree = qconv_tree(C, C, H, depthwise=True, stride=stride, zero_point=3)
     if x_dt == "int8":
         tree = LoopTree(tuple(replace(b, dtype="int8") if b.name == "X" else b for b in tree.buffers),
@@ -128,7 +126,7 @@ def test_depthwise_int8_convolutions_are_vector_code_and_exact(target, C, H, str
     got = np.zeros_like(want)
     kernel(*arrays, got)
     np.testing.assert_array_equal(got, want)
-    if C % (get_target(target).vector_bits // 32) == 0:
+    if C >= get_target(target).vector_bits // 32:
         assert any(w in kernel.asm() for w in WIDEN), "the taps' sum ran as scalar code"
 
 
@@ -138,12 +136,24 @@ def _swap(node, old, new):
     return replace(node, body=tuple(_swap(n, old, new) for n in node.body))
 
 
-def test_a_requantized_depthwise_sum_too_wide_for_scalar_registers_is_refused_clearly():
-    """The limit assumed away above: a clear loopstack error, never wrong code."""
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("C", [12, 20, 27])
+def test_a_requantized_depthwise_sum_over_channels_with_a_tail_is_exact_at_the_extremes(target, C):
+    """More channels than a vector and no multiple of it (on AVX2 once a clear refusal): all
+    255 x all -128 at the border of the uint8 output's range, and the tail's neighbours intact."""
     from loopstack.commands.bench_int8 import qconv_tree
-    from loopstack.errors import UnsupportedError
 
-    if "avx2" not in TARGETS:
-        pytest.skip("needs an AVX2 host")
-    with pytest.raises(UnsupportedError, match="requantized sum split"):
-        compile(qconv_tree(20, 20, 5, depthwise=True, zero_point=3), target="avx2")
+    tree = qconv_tree(C, C, 5, depthwise=True, zero_point=3)
+    X = np.full(tree.buffer("X").shape, 255, np.uint8)
+    W = np.full(tree.buffer("Wt").shape, -128, np.int8)
+    W[..., 1::2] = 127
+    bias = np.arange(C, dtype=np.int32) * 1000 - 5000
+    scale = np.linspace(1e-4, 2e-3, C).astype(np.float32)
+    want = np.zeros(tree.buffer("Y").shape, np.uint8)
+    compile(tree, target="interp")(X, W, bias, scale, want)
+    assert 0 < (want == 0).sum() < want.size and (want == 255).any()     # both ends of the range
+    kernel = compile(tree, target=target)
+    got = np.zeros_like(want)
+    kernel(X, W, bias, scale, got)
+    np.testing.assert_array_equal(got, want)
+    assert any(w in kernel.asm() for w in WIDEN)

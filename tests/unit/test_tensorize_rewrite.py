@@ -3,7 +3,8 @@ its innermost loops are the instruction's (the inspector matches them — `tenso
 
 Programs are int8 matmuls and convolutions (strides, padding, dilation; NCHW and NHWC) drawn by
 hypothesis, with uint8 x int8, int8 x int8 (the compensated form on x86) and uint8 x uint8
-operands, a bias init and a relu post; results are compared with numpy's int32 arithmetic.
+operands, a bias init and a relu post; results are compared with numpy's int32 arithmetic. The
+exact AVX2 path on 16-bit pairs (`*.dot.s16`) takes any 8-bit operands, widened by the rewrite.
 """
 import numpy as np
 import pytest
@@ -34,7 +35,8 @@ def _run(tree, arrays):
 
 def _applicable(instr, a_dt, b_dt):
     ia, ib, _ = instr.dtypes()
-    return (a_dt, b_dt) == (ia, ib) or (a_dt, b_dt, ia, instr.broadcast) == ("int8", ib, "uint8", "a")
+    return ((a_dt, b_dt) == (ia, ib) or (a_dt, b_dt, ia, instr.broadcast) == ("int8", ib, "uint8", "a")
+            or ia == ib == "int16")
 
 
 DTYPE_PAIRS = [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8")]
@@ -57,7 +59,8 @@ def test_rewritten_matmuls_are_exact(M, N_blocks, K, pair, which, bias, relu, se
 @given(C=st.integers(1, 9), H=st.integers(3, 6), K_blocks=st.integers(1, 2), R=st.integers(1, 3),
        stride=st.integers(1, 2), padding=st.integers(0, 1), dilation=st.integers(1, 2),
        layout=st.sampled_from(["NCHW", "NHWC"]), pair=st.sampled_from(DTYPE_PAIRS[:2]),
-       name=st.sampled_from(["vpdpbusd.ymm.bcst_a", "avx2.dot.s8s8.bcst_a", "sdot.4s.elem", "vpdpbusd.xmm.bcst_a"]),
+       name=st.sampled_from(["vpdpbusd.ymm.bcst_a", "avx2.dot.s8s8.bcst_a", "sdot.4s.elem", "vpdpbusd.xmm.bcst_a",
+                             "avx2.dot.s16.bcst_a"]),
        seed=st.integers(0, 2**31))
 def test_rewritten_convolutions_are_exact(C, H, K_blocks, R, stride, padding, dilation, layout, pair, name, seed):
     instr = instruction(name)
@@ -95,6 +98,16 @@ def test_the_rewrite_says_what_it_did():
                         "compensate: init -= 128 * sum of %B over the reduction",
                         "vpdpbusd (vpdpbusd.zmm.bcst_a): 4 products per lane, 16 lanes")
     assert rw.match.loops["i"].dim == "n" and rw.match.loops["j"].dim == "k"
+
+
+@pytest.mark.parametrize("a_dt", ["uint8", "int8"])
+def test_the_pairs_path_widens_both_operands_and_needs_no_compensation(a_dt):
+    tree = retype(matmul_tree(4, 16, 9), {"A": a_dt, "B": "int8", "C": "int32"})
+    rw = tensorize(tree, instruction("avx2.dot.s16.bcst_a"))
+    assert rw.steps == ("split n by 8", "split k by 2", "pad k from 9 to 10 with zeros",
+                        "pack %B as [n/8][k/2][8][2], widened to int16", "copy %A with k innermost, widened to int16",
+                        "vpmaddwd (avx2.dot.s16.bcst_a): 2 products per lane, 8 lanes")
+    assert {b.dtype for b in rw.tree.buffers if b.kind == "temp"} == {"int16"}
 
 
 @pytest.mark.parametrize("dtypes, name, words", [

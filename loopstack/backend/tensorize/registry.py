@@ -9,15 +9,20 @@ against the real instruction (native x86, unicorn for AArch64, the PTX reference
 Dtype conventions (exact integer arithmetic, never saturating):
   - x86 `vpdpbusd` multiplies unsigned bytes (src1) by signed bytes (src2); int8 activations
     use the standard compensation (add 128, subtract 128 x the weights' sum per output).
-  - The AVX2 path widens bytes to 16 bits (zero- or sign-extended per operand) and uses
-    `vpmaddwd`, whose int32 pair sums cannot overflow on 8-bit inputs; `vpmaddubsw` is never
-    used, since its int16 pair sums saturate (255 x 127 x 2 > 32767).
+  - The AVX2 path multiplies pairs of 16-bit values with `vpmaddwd`, whose int32 pair sums
+    cannot overflow on 8-bit inputs; `vpmaddubsw` is never used, since its int16 pair sums
+    saturate (255 x 127 x 2 > 32767). Its fast form (`avx2.dot.s16`, k = 2) reads operands
+    already widened to int16: the rewriter packs the weights and stages the activations as
+    int16 (a constant weight array once), so its inner loop is one `vpmaddwd` and one `vpaddd`
+    per 16 products. The older forms (`avx2.dot.u8s8` / `.s8s8`, k = 4) widen the bytes of both
+    operands in registers at every use.
   - AArch64 `sdot` / `udot` multiply signed x signed / unsigned x unsigned bytes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...dtypes import DTYPES
 from ...errors import ScheduleError, UnsupportedError
 from ...looptree.ir import LoopTree
 from .describe import dot_desc, mma_desc
@@ -71,11 +76,13 @@ _DOT_OPERANDS = (("acc", "dst"), ("a", "src1"), ("b", "src2"))
 
 def _x86_dot(name, mnemonic, bits, features, a_dtype="uint8", b_dtype="int8", notes=""):
     lanes = bits // 32
-    scratch = 4 if mnemonic == "vpmaddwd" else 0     # the widened halves of both operands
-    # a broadcast operand is a 4-byte group repeated in every lane: vpbroadcastd into a
+    k = 4 // DTYPES[a_dtype].itemsize                # a lane reads one 32-bit group of each operand
+    # the byte-widening path: the widened halves of both operands; the pairs path: the products
+    scratch = (4 if k == 4 else 1) if mnemonic == "vpmaddwd" else 0
+    # a broadcast operand is a 32-bit group repeated in every lane: vpbroadcastd into a
     # register (either source), or src2's embedded {1toN} memory broadcast
     return [
-        TensorInstr(name + suffix, "x86_64", frozenset(features), dot_desc(lanes, 4, a_dtype, b_dtype, broadcast=bc),
+        TensorInstr(name + suffix, "x86_64", frozenset(features), dot_desc(lanes, k, a_dtype, b_dtype, broadcast=bc),
                     mnemonic, bits, _DOT_OPERANDS, notes + (f" {bc} broadcast" if bc else ""), scratch)
         for suffix, bc in (("", None), (".bcst_a", "a"), (".bcst_b", "b"))
     ]
@@ -98,11 +105,16 @@ REGISTRY: tuple[TensorInstr, ...] = tuple(
     + _x86_dot("vpdpbusd.ymm", "vpdpbusd", 256, {"avx512_vnni", "avx512vl"})
     + _x86_dot("vpdpbusd.xmm", "vpdpbusd", 128, {"avx512_vnni", "avx512vl"})
     + _x86_dot("vex.vpdpbusd.ymm", "{vex} vpdpbusd", 256, {"avx_vnni"})
+    # ahead of the byte-widening forms: the rewriter tries entries in this order
+    + _x86_dot("avx2.dot.s16", "vpmaddwd", 256, {"avx2"}, "int16", "int16",
+               notes="pairs of 16-bit values (8-bit operands widened when packed and staged), k=2, exact;")
     + _x86_dot("avx2.dot.u8s8", "vpmaddwd", 256, {"avx2"},
                notes="bytes widened to 16 bits (u8 zero-, s8 sign-extended in place), two vpmaddwd, exact;")
     + _x86_dot("avx2.dot.s8s8", "vpmaddwd", 256, {"avx2"}, a_dtype="int8",
                notes="both operands sign-extended, exact;")
-    # the same exact path in zmm registers, for AVX-512 CPUs without VNNI (Skylake-X)
+    # the same exact paths in zmm registers, for AVX-512 CPUs without VNNI (Skylake-X)
+    + _x86_dot("avx512bw.dot.s16", "vpmaddwd", 512, {"avx512bw"}, "int16", "int16",
+               notes="pairs of 16-bit values, k=2, exact;")
     + _x86_dot("avx512bw.dot.u8s8", "vpmaddwd", 512, {"avx512bw"},
                notes="bytes widened to 16 bits, two vpmaddwd, exact;")
     + _x86_dot("avx512bw.dot.s8s8", "vpmaddwd", 512, {"avx512bw"}, a_dtype="int8",

@@ -12,7 +12,10 @@ instruction's lanes and reduction (the inspector matches it), by ordinary means 
     (`NCHW[x]c`) when its k values are not already contiguous, or when it must be padded;
   - int8 activations on an instruction that multiplies uint8 (x86 `vpdpbusd`) are shifted by
     128 in that copy, and 128 x the weights' sum over the reduction is subtracted in the
-    statement's init — exact, not approximate.
+    statement's init — exact, not approximate;
+  - 8-bit operands of an instruction that multiplies 16-bit values (the exact AVX2 path's
+    `vpmaddwd` on pairs) are widened by those copies: both are packed and staged as int16,
+    so the inner loop reads them ready to multiply.
 A constant weight tensor's packing and sum read only that constant, so the backends build them
 once per weight array, as for any staged copy of a constant.
 """
@@ -29,6 +32,8 @@ from .registry import TensorInstr
 # int8 -> uint8: a + 128, and sum(a * b) = sum((a + 128) * b) - 128 * sum(b); uint8 -> int8 the
 # other way round (AArch64's sdot has no unsigned x signed form)
 SHIFT = {("int8", "uint8"): 128, ("uint8", "int8"): -128}
+# the program's operand dtypes an instruction's wider operand dtype holds exactly
+WIDENS = {"int16": frozenset({"int8", "uint8"})}
 
 
 @dataclass(frozen=True)
@@ -84,31 +89,34 @@ def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]
     if accumulation_dtype(tree, stmt) != want["acc"]:
         raise UnsupportedError(f"{instr.name} accumulates {want['acc']}; %{stmt.out.buffer} is {dtype_of[stmt.out.buffer]}")
 
-    # (binding, shift of the broadcast operand): exact dtypes first, then the compensated form,
-    # where the activations differ from the instruction's operand in signedness alone
+    # (binding, shift of the broadcast operand, widen): exact dtypes first, then the compensated
+    # form, where the activations differ from the instruction's operand in signedness alone, or
+    # the widened one, where the instruction's operands hold the program's exactly
     candidates = []
     bn = instr.broadcast
     for b in _bind(instr.stmt.expr, stmt.expr, {}):
         got = {n: dtype_of[a.buffer] for n, a in b.items()}
         if got == {"a": want["a"], "b": want["b"]}:
-            candidates.insert(0, (b, 0))
+            candidates.insert(0, (b, 0, False))
         elif bn is not None and all(got[n] == want[n] for n in got if n != bn) and (got[bn], want[bn]) in SHIFT:
-            candidates.append((b, SHIFT[got[bn], want[bn]]))
+            candidates.append((b, SHIFT[got[bn], want[bn]], False))
+        elif all(got[n] in WIDENS.get(want[n], ()) for n in got):
+            candidates.append((b, 0, True))
     if not candidates:
         raise UnsupportedError(f"statement {stmt.name} computes {stmt.expr} over "
                                f"{' x '.join(sorted(set(dtype_of[a.buffer] for a in stmt.reads())))}; "
                                f"{instr.name} multiplies {want['a']} x {want['b']}")
     # a commutative product binds both ways: the first binding that tensorizes wins
     errors = []
-    for binding, compensate in candidates:
+    for binding, compensate, widen in candidates:
         try:
-            return _rewrite(tree, stmt, instr, binding, compensate, outer, block, avoid)
+            return _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
         except (UnsupportedError, ScheduleError) as e:
             errors.append(e)
     raise errors[0]
 
 
-def _rewrite(tree, stmt, instr, binding, compensate, outer, block, avoid) -> Rewrite:
+def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid) -> Rewrite:
     if compensate and stmt.init is None:
         raise UnsupportedError(f"statement {stmt.name} accumulates into %{stmt.out.buffer}'s values; the int8 "
                                "compensation needs an init (identity or a bias)")
@@ -167,7 +175,8 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer, block, avoid) -> Rew
         st *= vbuf.shape[p]
     lane_o_stride = st
     vp = fresh(f"{vec.buffer}_packed")
-    buffers.append(Buffer(vp, vbuf.dtype, (lane_o_stride * (sizes[lane] // L),), "temp"))
+    packed_dtype = instr.desc.buffer(vname).dtype if widen else vbuf.dtype
+    buffers.append(Buffer(vp, packed_dtype, (lane_o_stride * (sizes[lane] // L),), "temp"))
 
     def packed_index(lane_outer, lane_i, r_outer, r_i):
         """The packed element of loops `lane_outer` / `r_outer` (whose offsets are multiples of L
@@ -187,12 +196,12 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer, block, avoid) -> Rew
                         Load(replace(vec, zero_pad=vec.zero_pad or pad)))
     body = [nest(pack_order, pack_stmt, names=pack_vars)]
     steps.append(f"pack %{vec.buffer} as [{lane}/{L}]{''.join(f'[{vbuf.shape[p]}]' for p in others)}"
-                 f"[{r}/{K}][{L}][{K}]")
+                 f"[{r}/{K}][{L}][{K}]" + (f", widened to {packed_dtype}" if widen else ""))
 
     # -- the broadcast operand: reduction innermost, padded, shifted for compensation ----------
     bbuf = tree.buffer(bc.buffer)
     new_bc = bc
-    if pad or compensate or bc.zero_pad or _stride(tree, bc, r) != 1:
+    if pad or compensate or widen or bc.zero_pad or _stride(tree, bc, r) != 1:
         bp_pos = _position(bc, r, "broadcast operand")
         perm = [p for p in range(len(bc.index)) if p != bp_pos] + [bp_pos]
         # a zero-padded read is staged over the whole range its index sweeps, the border
@@ -203,8 +212,9 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer, block, avoid) -> Rew
                   for p in perm}
         extent[bp_pos] = Kp
         shape = tuple(extent[p] for p in perm)
-        staged_dtype = instr.desc.buffer(bname).dtype if compensate else bbuf.dtype
-        ap = fresh(f"{bc.buffer}_{'u8' if staged_dtype == 'uint8' and compensate else 's8' if compensate else 'kc'}")
+        staged_dtype = instr.desc.buffer(bname).dtype if compensate or widen else bbuf.dtype
+        tag = {"uint8": "u8", "int8": "s8", "int16": "s16"}[staged_dtype] if compensate or widen else "kc"
+        ap = fresh(f"{bc.buffer}_{tag}")
         buffers.append(Buffer(ap, staged_dtype, shape, "temp"))
         cdims = [fresh(f"{bc.buffer.lower()}{i}") for i in range(len(perm))]
         dims.update(zip(cdims, shape))
@@ -218,6 +228,7 @@ def _rewrite(tree, stmt, instr, binding, compensate, outer, block, avoid) -> Rew
         new_bc = Access(ap, tuple(replace(bc.index[p], const=bc.index[p].const - lo[p]) for p in perm))
         steps.append(f"copy %{bc.buffer} with {r} innermost"
                      + (f", shifted by {compensate} to {staged_dtype}" if compensate else "")
+                     + (f", widened to {staged_dtype}" if widen else "")
                      + (", its zero border materialised" if bc.zero_pad else ""))
 
     # -- compensation: init -= 128 * sum over the reduction of the weights ---------------------

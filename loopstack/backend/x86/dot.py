@@ -5,11 +5,13 @@
 is emitted; this module only spells it:
   - `vpdpbusd` (AVX512_VNNI, EVEX) and `{vex} vpdpbusd` (AVX-VNNI): one instruction;
     `b` may also be memory (the r/m operand).
-  - the exact AVX2 path: bytes are widened to 16 bits inside each 16-bit word (even bytes by
-    masking or shifting up and back, odd bytes by shifting down; zero- or sign-extended per
-    operand dtype) and multiplied with two `vpmaddwd`, whose int32 sums of two products of
-    8-bit values cannot overflow. `vpmaddubsw` is never used: its int16 sums saturate
-    (255 x 127 + 255 x 127 > 32767).
+  - the exact AVX2 path on pairs of 16-bit values (`avx2.dot.s16`, operands widened when they
+    were packed and staged): `vpmaddwd t, a, b` and `vpaddd acc, acc, t`; `b` may be memory.
+  - the exact AVX2 path on bytes (`avx2.dot.u8s8`, `.s8s8`): bytes are widened to 16 bits
+    inside each 16-bit word (even bytes by masking or shifting up and back, odd bytes by
+    shifting down; zero- or sign-extended per operand dtype) and multiplied with two
+    `vpmaddwd`, whose int32 sums of two products of 8-bit values cannot overflow.
+`vpmaddubsw` is never used: its int16 sums saturate (255 x 127 + 255 x 127 > 32767).
 """
 from __future__ import annotations
 
@@ -26,6 +28,11 @@ def emit_dot(asm, instr, acc: Vec, a: Vec, b, scratch: list[Vec], byte_mask=None
         asm.emit("vpdpbusd", acc, a, b)
     elif instr.mnemonic == "{vex} vpdpbusd":
         asm.emit("vpdpbusd", acc, a, b, vex=True)
+    elif instr.mnemonic == "vpmaddwd" and instr.k == 2:
+        if len(scratch) < 1:
+            raise UnsupportedError(f"{instr.name} needs a scratch register for its products")
+        asm.emit("vpmaddwd", scratch[0], a, b)
+        asm.emit("vpaddd", acc, acc, scratch[0])
     elif instr.mnemonic == "vpmaddwd":
         _avx2_dot(asm, instr, acc, a, b, scratch, byte_mask)
     else:
@@ -60,16 +67,21 @@ def _avx2_dot(asm, instr, acc, a, b, scratch, byte_mask) -> None:
     asm.emit("vpaddd", acc, acc, ao)
 
 
-def dot_probe_code(instr, chains: int = 12) -> bytes:
-    """`void probe(int64_t n)`: n iterations of `chains` independent accumulators updated by
-    `instr` (12 for the one-instruction forms; 8 for the widening path, whose scratch registers
-    take the rest) — the int8 peak this CPU reaches with that instruction."""
+def probe_chains(instr) -> int:
+    """Independent accumulators of `instr`'s probe: 12 for the one-instruction forms and the pairs
+    path (whose one scratch register every chain shares); 8 for the byte-widening path, whose
+    four scratch registers take the rest of the 16."""
+    return 8 if instr.scratch > 1 else 12
+
+
+def dot_probe_code(instr) -> bytes:
+    """`void probe(int64_t n)`: n iterations of `probe_chains(instr)` independent accumulators
+    updated by `instr` — the int8 peak this CPU reaches with that instruction."""
     from ...isa.x86.assembler import Assembler
     from ...isa.x86.operands import YMM, ZMM, rdi
 
     regs = {512: ZMM, 256: YMM}[instr.vector_bits]
-    if instr.scratch:
-        chains = min(chains, 8)
+    chains = probe_chains(instr)
     asm = Assembler()
     asm.emit("vzeroall")                 # zero sources: the sums stay 0, no data dependence on memory
     a, b = regs[chains], regs[chains + 1]

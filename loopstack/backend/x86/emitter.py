@@ -13,6 +13,7 @@ import struct
 from ...errors import UnsupportedError
 from ...isa.x86.operands import GPR64, K, Gpr, Mem, Vec, eax, rax, rbp, rbx, rdi, rdx, rsi, rsp, r12, r13, r14, r15
 from ...looptree.ir import REDUCE_IDENTITY, Access, LoopTree
+from ..analysis import NARROW_INTEGERS
 from ..emitter import Emitter
 from ..values import Shape, Val
 from .values import vreg
@@ -46,14 +47,6 @@ class X86Emitter(Emitter):
         self.next_slot = 2        # stack slots of counters; 0: start, 1: end
 
     @classmethod
-    def unmasked_byte_lanes(cls, target) -> int:
-        return 0 if target.vector_bits == 512 else cls.lanes(target)
-
-    def vector_tail(self, stmt) -> bool:
-        """AVX-512 masks every load and store; AVX2 has no masked 8-bit moves."""
-        return self.avx512 or not integer.reads_or_writes_bytes(self.tree, stmt)
-
-    @classmethod
     def check_tree(cls, tree: LoopTree, target) -> None:
         for b in tree.buffers:
             if b.dtype not in ("float32", "float16") and b.dtype not in integer.INT_DTYPES:
@@ -70,7 +63,7 @@ class X86Emitter(Emitter):
         return Mem(pointer, disp=disp)
 
     def memory_operand(self, m, kind: str, shape: Shape, dtype: str):
-        if dtype in ("int8", "uint8"):          # a Dot operand: whole vectors, or a 4-byte group
+        if dtype in NARROW_INTEGERS:            # a Dot operand: whole vectors, or a 4-byte group
             if kind == "vec" and not shape.masked:
                 return m
             return m.bcst(32) if kind == "bcast" and self.avx512 else None

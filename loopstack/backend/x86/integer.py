@@ -8,8 +8,11 @@ otherwise (the weights' pack, a transpose; reductions such as the weight sums). 
 live in lane 0 of an xmm register, so that one set of vector instructions (vpaddd, vpmulld,
 vpmaxsd, ...) serves both. 8-bit loads are widened to int32 (zero- or sign-extended by dtype:
 `vpmovzxbd` / `vpmovsxbd`, a "widen" load) and 8-bit stores keep the low byte, as C's
-conversions do (`vpmovdb`; on AVX2 a mask and two packs). AVX2 has no masked byte moves: the
-walk emits an 8-bit statement's tail as scalars (X86Emitter.vector_tail).
+conversions do (`vpmovdb`; on AVX2 a mask and two packs). int16 (the widened operands of the
+exact AVX2 dot path) moves the same way: `vpmovsxwd` in, the low 16 bits out (`vpmovdw`; on
+AVX2 a sign-extension of the low word and one pack). A vector tail is masked on AVX-512; AVX2
+has no masked byte or word moves, so its tail's elements are inserted (`vpinsrb` / `vpinsrw`)
+and extracted (`vpextrb` / `vpextrw`) one by one, never touching memory past the tail.
 """
 from __future__ import annotations
 
@@ -23,9 +26,11 @@ from ..values import Shape, Val
 from .dot import emit_dot
 from .values import vreg
 
-INT_DTYPES = frozenset({"int32", "int8", "uint8"})
+INT_DTYPES = frozenset({"int32", "int16", "int8", "uint8"})
 ARITH = {"add": "vpaddd", "sub": "vpsubd", "mul": "vpmulld", "max": "vpmaxsd", "min": "vpminsd"}
 al = GPR8[0]
+# per narrow dtype: (sign- or zero-extending load to int32, bytes per element)
+WIDEN = {"int8": ("vpmovsxbd", 1), "uint8": ("vpmovzxbd", 1), "int16": ("vpmovsxwd", 2)}
 
 
 def vec_move(em) -> str:
@@ -60,18 +65,24 @@ def load_into(em, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None
         if dtype == "int32":
             a.emit("vmovd", vreg(reg, 128), m.with_bits(32))
         else:
-            a.emit("movsx" if dtype == "int8" else "movzx", eax, m.with_bits(8))
+            a.emit("movzx" if dtype == "uint8" else "movsx", eax, m.with_bits(8 * WIDEN[dtype][1]))
             a.emit("vmovd", vreg(reg, 128), eax)
         return
-    if kind == "widen":                       # bytes, one per int32 lane
-        widen = "vpmovsxbd" if dtype == "int8" else "vpmovzxbd"
+    if kind == "widen":                       # bytes or words, one per int32 lane
+        widen, size = WIDEN[dtype]
+        narrow = em.bits // 4 * size          # the lanes' bytes, in bits
         if not shape.masked:
-            a.emit(widen, r, m.with_bits(em.bits // 4))
+            a.emit(widen, r, m.with_bits(narrow))
         elif em.avx512:                       # a byte-masked load suppresses faults past the tail
-            a.emit("vmovdqu8", vreg(reg, 128).masked(em.mask(shape.lanes), zero=True), m.with_bits(128))
-            a.emit(widen, r, vreg(reg, 128))
-        else:
-            raise UnsupportedError("an 8-bit AVX2 vector load has no lane tail (the walk emits it as scalars)")
+            move = "vmovdqu8" if size == 1 else "vmovdqu16"
+            a.emit(move, vreg(reg, narrow).masked(em.mask(shape.lanes), zero=True), m.with_bits(narrow))
+            a.emit(widen, r, vreg(reg, narrow))
+        else:                                 # AVX2: the tail's elements one by one, nothing past it
+            x = vreg(reg, 128)
+            a.emit("vpxor", x, x, x)
+            for i in range(shape.lanes):
+                a.emit("vpinsrb" if size == 1 else "vpinsrw", x, x, (m + i * size).with_bits(8 * size), i)
+            a.emit(widen, r, x)
         return
     if shape.masked:
         if dtype != "int32":
@@ -89,6 +100,8 @@ def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
     if not shape.vector:
         if dtype == "int32":
             a.emit("vmovd", m.with_bits(32), vreg(reg, 128))
+        elif dtype == "int16":
+            a.emit("vpextrw", m.with_bits(16), vreg(reg, 128), 0)
         else:
             a.emit("vmovd", eax, vreg(reg, 128))
             a.emit("mov", m.with_bits(8), al)
@@ -101,27 +114,32 @@ def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
         else:
             a.emit("vmaskmovps", m.with_bits(256), em.mask(shape.lanes), em.v(reg, shape))
         return
-    # int32 lanes to their low bytes, as the scalar store does: AVX-512 truncates with vpmovdb
-    if em.avx512:
-        dst = m.with_bits(128)
+    # int32 lanes to their low bytes (words), as the scalar store does
+    size = WIDEN[dtype][1]
+    if em.avx512:                                             # vpmovdb / vpmovdw truncate
+        dst = m.with_bits(em.bits // 4 * size)
         if shape.masked:
             dst = dst.masked(em.mask(shape.lanes))
-        a.emit("vpmovdb", dst, vreg(reg, 512))
+        a.emit("vpmovdb" if size == 1 else "vpmovdw", dst, vreg(reg, 512))
         return
-    if shape.masked:
-        raise UnsupportedError("an 8-bit AVX2 vector store has no lane tail (the walk emits it as scalars)")
-    # AVX2 packs saturate: keep each lane's low byte first (0..255), which both packs pass unchanged
+    # AVX2 packs saturate: bring each lane first into the range they pass unchanged (its low byte,
+    # 0..255, or its low word sign-extended)
     t = vreg(em.regs.alloc(), 256)
-    a.emit("vpand", t, vreg(reg, 256), em.const_bits(0xFF).with_bits(256))
+    if size == 1:
+        a.emit("vpand", t, vreg(reg, 256), em.const_bits(0xFF).with_bits(256))
+    else:
+        a.emit("vpslld", t, vreg(reg, 256), 16)
+        a.emit("vpsrad", t, t, 16)
     a.emit("vpackssdw", t, t, t)                              # words 0-3 | 4-7, in each 128-bit half
     a.emit("vpermq", t, t, 0x08)                              # words 0-7 in the low half
-    a.emit("vpackuswb", t.x, t.x, t.x)                        # bytes 0-7
-    a.emit("vmovq", m.with_bits(64), t.x)
+    if size == 1:
+        a.emit("vpackuswb", t.x, t.x, t.x)                    # bytes 0-7
+    if not shape.masked:
+        a.emit("vmovq" if size == 1 else "vmovdqu", m.with_bits(64 * size), t.x)
+    else:                                                     # a tail: its elements one by one
+        for i in range(shape.lanes):
+            a.emit("vpextrb" if size == 1 else "vpextrw", (m + i * size).with_bits(8 * size), t.x, i)
     em.regs.release(t.num)
-
-
-def reads_or_writes_bytes(tree, stmt) -> bool:
-    return any(tree.buffer(acc.buffer).dtype in ("int8", "uint8") for acc in (stmt.out, *stmt.reads()))
 
 
 def arith(em, op: str, d: int, a: int, b: Val, shape: Shape) -> None:
@@ -160,7 +178,8 @@ def dot(em, acc: int, e, a: int, b: Val, shape: Shape) -> None:
     if instr.isa != "x86_64" or instr.vector_bits != em.bits:
         raise UnsupportedError(f"{instr.name} is no {em.bits}-bit x86 instruction")
     loaded = None
-    if b.reg is None and instr.mnemonic == "vpmaddwd":     # the widening path reads registers
+    # the byte-widening path reads registers; vpmaddwd has no embedded broadcast
+    if b.reg is None and instr.mnemonic == "vpmaddwd" and (instr.k == 4 or b.mem.broadcast):
         b = loaded = em.to_reg(b, shape)
     scratch = [em.regs.alloc() for _ in range(instr.scratch)]
     mask = em.const_bits(0x00FF00FF).with_bits(em.bits)

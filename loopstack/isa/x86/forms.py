@@ -146,6 +146,8 @@ _ROWS: list[tuple[str, ...]] = [
     ("vmovd",      "r32/m32, xmm1",     "VEX.128.66.0F.W0 7E /r",      "MR",  "AVX"),
     ("vpinsrw",    "xmm1, xmm2, m16, imm8", "VEX.128.66.0F.W0 C4 /r ib", "RVMI", "AVX"),
     ("vpextrw",    "m16, xmm1, imm8",   "VEX.128.66.0F3A.W0 15 /r ib", "MRI", "AVX"),
+    ("vpinsrb",    "xmm1, xmm2, m8, imm8", "VEX.128.66.0F3A.W0 20 /r ib", "RVMI", "AVX"),
+    ("vpextrb",    "m8, xmm1, imm8",    "VEX.128.66.0F3A.W0 14 /r ib", "MRI", "AVX"),
     ("vmovq",      "xmm1, xmm2/m64",    "VEX.128.F3.0F.WIG 7E /r",     "RM",  "AVX"),
     ("vmovq",      "xmm1/m64, xmm2",    "VEX.128.66.0F.WIG D6 /r",     "MR",  "AVX"),
     ("vmovq",      "xmm1, r64/m64",     "VEX.128.66.0F.W1 6E /r",      "RM",  "AVX"),
@@ -246,6 +248,8 @@ _ROWS: list[tuple[str, ...]] = [
     ("vpbroadcastd", "zmm1{k1}{z}, r32",      "EVEX.512.66.0F38.W0 7C /r", "RM",  "AVX512F"),
     ("vpmovdb",    "xmm1/m64{k1}{z}, ymm2",   "EVEX.256.F3.0F38.W0 31 /r", "MR",  "AVX512VL"),
     ("vpmovdb",    "xmm1/m128{k1}{z}, zmm2",  "EVEX.512.F3.0F38.W0 31 /r", "MR",  "AVX512F"),
+    ("vpmovdw",    "xmm1/m128{k1}{z}, ymm2",  "EVEX.256.F3.0F38.W0 33 /r", "MR",  "AVX512VL"),
+    ("vpmovdw",    "ymm1/m256{k1}{z}, zmm2",  "EVEX.512.F3.0F38.W0 33 /r", "MR",  "AVX512F"),
     ("vextractf32x4", "xmm1/m128{k1}{z}, ymm2, imm8", "EVEX.256.66.0F3A.W0 19 /r ib", "MRI", "AVX512VL"),
     ("vextractf32x4", "xmm1/m128{k1}{z}, zmm2, imm8", "EVEX.512.66.0F3A.W0 19 /r ib", "MRI", "AVX512F"),
     ("vextractf32x8", "ymm1/m256{k1}{z}, zmm2, imm8", "EVEX.512.66.0F3A.W0 1B /r ib", "MRI", "AVX512DQ"),
@@ -367,6 +371,7 @@ _EVEX_PACKED = [
     ("vmovaps",      "EVEX.{L}.0F.W0 28 /r",        "RM",   "AVX512F",   0),
     ("vmovdqu32",    "EVEX.{L}.F3.0F.W0 6F /r",     "RM",   "AVX512F",   0),
     ("vmovdqu8",     "EVEX.{L}.F2.0F.W0 6F /r",     "RM",   "AVX512BW",  0),
+    ("vmovdqu16",    "EVEX.{L}.F2.0F.W1 6F /r",     "RM",   "AVX512BW",  0),
     ("vaddps",       "EVEX.{L}.0F.W0 58 /r",        "RVM",  "AVX512F",   32),
     ("vmulps",       "EVEX.{L}.0F.W0 59 /r",        "RVM",  "AVX512F",   32),
     ("vsubps",       "EVEX.{L}.0F.W0 5C /r",        "RVM",  "AVX512F",   32),
@@ -443,7 +448,7 @@ for _m, _enc, _oe, _isa, _bc in _EVEX_PACKED:
         _M = f"m{_L}" + (f"/m{_bc}bcst" if _bc else "")
         _ops = _OPERANDS_BY_OPENC[_oe].replace("{v}", _VL[_L]).replace("{M}", _M)
         _ROWS.append((_m, _ops, _enc.format(L=_L), _oe, _isa if _L == 512 else _isa + "+VL"))
-        if _m in ("vmovups", "vmovaps", "vmovdqu32", "vmovdqu8"):   # the store, MR: 11/29/7F /r
+        if _m in ("vmovups", "vmovaps", "vmovdqu32", "vmovdqu8", "vmovdqu16"):   # the store, MR: 11/29/7F /r
             _op = {"10": "11", "28": "29", "6F": "7F"}[_enc.split()[1]]
             _ROWS.append((_m, f"{_VL[_L]}2/m{_L}{{k1}}, {_VL[_L]}1",
                           _enc.format(L=_L).replace(" " + _enc.split()[1] + " ", f" {_op} "), "MR",
@@ -474,6 +479,8 @@ _ROWS += [
     ("vpmovsxbd",    "xmm1{k1}{z}, xmm2/m32",       "EVEX.128.66.0F38.WIG 21 /r", "RM",  "AVX512VL"),
     ("vpmovsxbd",    "ymm1{k1}{z}, xmm2/m64",       "EVEX.256.66.0F38.WIG 21 /r", "RM",  "AVX512VL"),
     ("vpmovsxbd",    "zmm1{k1}{z}, xmm2/m128",      "EVEX.512.66.0F38.WIG 21 /r", "RM",  "AVX512F"),
+    ("vpmovzxwd",    "zmm1{k1}{z}, ymm2/m256",      "EVEX.512.66.0F38.WIG 33 /r", "RM",  "AVX512F"),
+    ("vpmovsxwd",    "zmm1{k1}{z}, ymm2/m256",      "EVEX.512.66.0F38.WIG 23 /r", "RM",  "AVX512F"),
 ]
 
 # ---------------------------------------------------------------------------------------------
