@@ -103,13 +103,16 @@ def _gops(fn, ops, runs):
 
 
 def int8_peak(instr) -> float:
-    """GOPS of a chain of `instr` on this core (see backend/x86/dot.py)."""
-    from ..backend.x86.dot import dot_probe_code
+    """GOPS of a chain of `instr` on this core (see backend/x86/dot.py; tiles: backend/x86/amx.py)."""
     from ..isa.execmem import ExecutableCode
 
-    probe = ExecutableCode(dot_probe_code(instr), "void(*)(int64_t)")
-    n = 20000
-    chains = 8 if instr.scratch else 12
+    if instr.tile:
+        from ..backend.x86.amx import tile_probe_code
+        code, chains, n = tile_probe_code(instr), 4, 2000
+    else:
+        from ..backend.x86.dot import dot_probe_code
+        code, chains, n = dot_probe_code(instr), 8 if instr.scratch else 12, 20000
+    probe = ExecutableCode(code, "void(*)(int64_t)")
     return chains * instr.lanes * instr.k * 2 * n / best_seconds(lambda: probe(n), 5) / 1e9
 
 
@@ -256,6 +259,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", "-w", action="append", default=[])
     ap.add_argument("--widening", action="store_true",
                     help="use only the exact widening path (vpmaddwd), as on a CPU without VNNI")
+    ap.add_argument("--instr", choices=("auto", "vnni"), default="auto",
+                    help="auto: the compile's choice (AMX tiles where the CPU has them); vnni: vector dot "
+                         "products only (vpdpbusd), as on a CPU without AMX")
     args = ap.parse_args(argv)
     return run(args)
 
@@ -269,6 +275,9 @@ def run(args) -> int:
     target = args.target
     if getattr(args, "widening", False):     # no VNNI / AVX-VNNI: what a CPU without them runs
         target = dataclasses.replace(get_target(target), extensions=frozenset())
+    elif getattr(args, "instr", "auto") == "vnni":      # no tiles: what a CPU without AMX runs
+        t = get_target(target)
+        target = dataclasses.replace(t, extensions=frozenset(e for e in t.extensions if not e.startswith("amx")))
     got = rows(args.runs, args.rounds, target, set(args.workload) or None,
                progress=lambda i, n, name: print(f"[{i + 1}/{n}] {name}", file=sys.stderr))
     print(f"int8 kernels on {cpu_brand()}, one thread; %peak: share of the kernel's instruction chain "

@@ -1,7 +1,7 @@
 """Quantized kernels, natively: random int8 matmuls and convolutions against numpy's int32.
 
 Each program compiles for every target this CPU runs, once with the instruction the compile
-picks (VNNI / AVX-VNNI where the CPU has them) and once with only the exact widening path
+picks (AMX tiles, VNNI / AVX-VNNI where the CPU has them), once without tiles, and once with only the exact widening path
 (`vpmaddwd` on bytes widened to 16 bits); results must equal numpy's int32 arithmetic bit for
 bit, and a requantized output the reference interpreter's (itself bit-exact against
 onnxruntime, tests/unit/test_requant.py).
@@ -22,9 +22,13 @@ TARGETS = [t for t, need in (("avx2", "avx2"), ("avx512", "avx512f")) if need in
 PAIRS = [("uint8", "int8"), ("int8", "int8")]
 
 
-@pytest.fixture(params=["chosen", "widening"])
+AMX = cpu.amx_permission()[0]
+
+
+@pytest.fixture(params=["chosen", "vnni", "widening"])
 def family(request):
-    """`widening`: the compile may not use VNNI or AVX-VNNI, as on a CPU without them."""
+    """`vnni`: the compile may not use AMX tiles, as on a CPU without them; `widening`: nor VNNI
+    or AVX-VNNI."""
     return request.param
 
 
@@ -33,6 +37,8 @@ def run(tree, target, arrays, family="chosen"):
     t = get_target(target)
     if family == "widening":
         t = dataclasses.replace(t, extensions=frozenset())
+    elif family == "vnni":
+        t = dataclasses.replace(t, extensions=frozenset(e for e in t.extensions if not e.startswith("amx")))
     kernel = compile(tree, target=t)
     kernel(*arrays, *outs)
     return kernel, outs[0]
@@ -52,6 +58,7 @@ def test_int8_matmuls_are_exact(target, family, M, n_vec, n_extra, K, pair, bias
         assert kernel.tensorized is not None
         assert ("dot" in kernel.tensorized) == (family == "widening" or not
                                                  (FEATURES & {"avx512_vnni", "avx_vnni"}))
+        assert kernel.tensorized.startswith("amx.") == (family == "chosen" and target == "avx512" and AMX)
 
 
 @pytest.mark.parametrize("target", TARGETS)

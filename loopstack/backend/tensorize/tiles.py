@@ -1,0 +1,205 @@
+"""The tile rewriter: a matrix multiply onto a tile instruction (AMX `tdpbusd` and its kin).
+
+`tensorize_tiles(tree, instr)` takes a loop tree holding one contraction
+`out[m, n] += a[m, r] * b[r, n]` (8-bit operands, int32 accumulation, an init, optionally a
+requantized output) and returns an equivalent tree in which `instr` (a `tile_desc` registry
+entry: 16 x 16 accumulators, 64 bytes of reduction in 4-byte groups) computes the core, by the
+same ordinary means as the vector rewriter (rewrite.py):
+  - the weights `b` are packed by a copy nest into `[n/16][r/4][16][4]` — 16-column panels of
+    4-byte reduction groups, the layout `vpdpbusd` reads too; a tile of it is 16 rows of 64
+    bytes — zero-padded where 16 does not divide n or 64 the reduction;
+  - the activations `a` are read in place when each row's reduction is contiguous and whole
+    tiles cover them (a tile load's row stride is a register: any row length), else copied
+    into `[m'][r']` with the zero padding materialised;
+  - the accumulators are stored straight into an int32 output that whole tiles cover; anything
+    else (a bias, a requantized or narrower output, a ragged edge) goes through an int32 tile
+    buffer and an element-wise epilogue `out = requant(tiles + init)`, which the vector code
+    generator runs.
+Each signedness pair has its own tile instruction, so int8 activations need no compensation.
+
+The contraction's loops are `mt` (tile rows) by `block[0]`, `nt` (tile columns) by
+`block[1]` — the accumulator block, 4 of AMX's 8 tile registers, the other 4 its operands —
+then `kt` (64-byte reduction steps), then one tile row and column: the code generator
+(backend/x86/amx.py) emits everything from `kt` down as one tile block. `Rewrite.matched` is
+the same contraction with the instruction's own loops (16 rows, 16 columns, 16 groups of 4)
+innermost, which the inspector matches and the interpreter runs.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...errors import UnsupportedError
+from ...looptree.builders import nest
+from ...looptree.ir import Access, Affine, Binary, Buffer, Compute, Dot, Load, LoopTree
+from .inspect import _bind, inspect
+from .registry import TensorInstr
+from .rewrite import Rewrite, accumulation_dtype
+
+BLOCK = (2, 2)          # tile rows x tile columns of accumulators
+
+
+def _ceil(x: int, unit: int) -> int:
+    return -(-x // unit) * unit
+
+
+def _dims_alone(acc: Access) -> list[str] | None:
+    """The dimension each position of `acc` indexes, where every position is one bare dim."""
+    out = []
+    for ix in acc.index:
+        if len(ix.terms) != 1 or ix.terms[0][1] != 1 or ix.const:
+            return None
+        out.append(ix.terms[0][0])
+    return out
+
+
+def _reindex(acc: Access, dims: list[str], by: dict[str, Affine], zero_pad: bool) -> Access:
+    return Access(acc.buffer, tuple(by[d] for d in dims), zero_pad or acc.zero_pad)
+
+
+def tensorize_tiles(tree: LoopTree, instr: TensorInstr, *, block: tuple[int, int] = BLOCK,
+                    avoid: frozenset[str] = frozenset(), transposed: bool = True) -> Rewrite:
+    """`tree` (one matrix multiply) rewritten so `instr` computes it in tiles. The instruction's
+    row operand `a` is the one the output's rows index; with `transposed`, also the other
+    (a product commutes: the tiles then hold the output's transpose, stored back through the
+    epilogue) — the way a product of int8 x uint8 runs as uint8 x int8 where only that
+    instruction exists."""
+    if not instr.tile:
+        raise UnsupportedError(f"{instr.name} is no tile instruction")
+    stmts = list(tree.computes())
+    if len(stmts) != 1:
+        raise UnsupportedError(f"tensorize takes a tree of one contraction; this one has {len(stmts)} statements")
+    _, stmt = stmts[0]
+    if stmt.reduce != "add" or accumulation_dtype(tree, stmt) != "int32":
+        raise UnsupportedError(f"{instr.name}: statement {stmt.name} is no int32 sum")
+    if stmt.init is None:
+        raise UnsupportedError(f"{instr.name}: statement {stmt.name} accumulates into %{stmt.out.buffer}'s values; "
+                               "tiles start from zero (give it an init)")
+    want = {b.name: b.dtype for b in instr.desc.buffers}
+    dtype_of = {b.name: b.dtype for b in tree.buffers}
+    bindings = [b for b in _bind(instr.stmt.expr, stmt.expr, {})
+                if dtype_of[b["a"].buffer] == want["a"] and dtype_of[b["b"].buffer] == want["b"]]
+    if not bindings:
+        raise UnsupportedError(f"{instr.name} multiplies {want['a']} x {want['b']}; statement {stmt.name} "
+                               f"computes {stmt.expr}")
+    if not transposed:
+        rows_of = {ix.names()[0] for ix in stmt.out.index[:-1] if ix.names()}
+        bindings = [b for b in bindings if rows_of & set(b["a"].names())]
+        if not bindings:
+            raise UnsupportedError(f"{instr.name}: its {want['a']} row operand would be the output's columns")
+    why = []
+    for binding in bindings:
+        try:
+            return _rewrite(tree, stmt, instr, binding["a"], binding["b"], block, avoid)
+        except UnsupportedError as e:
+            why.append(str(e))
+    raise UnsupportedError(why[0])
+
+
+def _rewrite(tree, stmt, instr, a, b, block, avoid) -> Rewrite:
+    a_dims, b_dims, out_dims = _dims_alone(a), _dims_alone(b), _dims_alone(stmt.out)
+    if a_dims is None or b_dims is None or out_dims is None or len(out_dims) != 2:
+        raise UnsupportedError(f"{instr.name}: not a matrix multiply of single-dimension indices: {stmt}")
+    red = [d for d in a_dims if d in b_dims and d not in out_dims]
+    m = [d for d in a_dims if d in out_dims]
+    n = [d for d in b_dims if d in out_dims]
+    if len(a_dims) != 2 or len(b_dims) != 2 or len(red) != 1 or len(m) != 1 or len(n) != 1 or m == n:
+        raise UnsupportedError(f"{instr.name}: %{a.buffer}[{', '.join(a_dims)}] x %{b.buffer}[{', '.join(b_dims)}] "
+                               f"-> %{stmt.out.buffer}[{', '.join(out_dims)}] is no matrix multiply (m x r . r x n)")
+    (r,), (m,), (n,) = red, m, n
+    sizes = dict(tree.dims)
+    M, N, K = sizes[m], sizes[n], sizes[r]
+    Mp, Np, Kp = _ceil(M, 16), _ceil(N, 16), _ceil(K, 64)
+    taken = set(avoid) | {x.name for x in tree.buffers} | set(sizes)
+
+    def fresh(base: str) -> str:
+        name, i = base, 0
+        while name in taken:
+            i += 1
+            name = f"{base}{i}"
+        taken.add(name)
+        return name
+
+    buffers, dims, body, steps = list(tree.buffers), dict(tree.dims), [], []
+    mt, nt, kt = fresh("mt"), fresh("nt"), fresh("kt")
+    mi, ni, kg, kj = fresh("mi"), fresh("ni"), fresh("kg"), fresh("kj")
+    dims.update({mt: Mp // 16, nt: Np // 16, kt: Kp // 64, mi: 16, ni: 16, kg: 16, kj: 4})
+
+    # -- the activations: in place, or copied with the padding materialised -------------------
+    abuf = tree.buffer(a.buffer)
+    if a_dims[-1] == r and abuf.strides[-1] == 1 and (M, K) == (Mp, Kp) and not a.zero_pad:
+        a_name, a_order = a.buffer, a_dims
+    else:
+        a_name, a_order = fresh(f"{a.buffer}_rows"), [m, r]
+        am, ak = fresh(f"{a.buffer.lower()}0"), fresh(f"{a.buffer.lower()}1")
+        dims.update({am: Mp, ak: Kp})
+        buffers.append(Buffer(a_name, abuf.dtype, (Mp, Kp), "temp"))
+        src = _reindex(a, a_dims, {m: Affine.of(am), r: Affine.of(ak)}, (M, K) != (Mp, Kp))
+        body.append(nest([(am, 1), (ak, 1)], Compute(fresh("stage"), Access(a_name, (Affine.of(am), Affine.of(ak))),
+                                                      Load(src)), names=[fresh(am + "_l"), fresh(ak + "_l")]))
+        steps.append(f"copy %{a.buffer} as [{m}][{r}] rows" + (f", zero-padded to {Mp} x {Kp}" if (M, K) != (Mp, Kp) else ""))
+
+    # -- the weights: 16-column panels of 4-byte reduction groups ----------------------------
+    bbuf = tree.buffer(b.buffer)
+    b_name = fresh(f"{b.buffer}_tiles")
+    bd = [fresh(f"{b.buffer.lower()}{i}") for i in range(4)]
+    dims.update(zip(bd, (Np // 16, Kp // 4, 16, 4)))
+    buffers.append(Buffer(b_name, bbuf.dtype, (Np // 16, Kp // 4, 16, 4), "temp"))
+    src = _reindex(b, b_dims, {r: Affine.of((bd[1], 4), (bd[3], 1)), n: Affine.of((bd[0], 16), (bd[2], 1))},
+                   (N, K) != (Np, Kp))
+    body.append(nest([(d, 1) for d in bd], Compute(fresh("pack"), Access(b_name, tuple(Affine.of(d) for d in bd)),
+                                                     Load(src)), names=[fresh(d + "_l") for d in bd]))
+    steps.append(f"pack %{b.buffer} as [{n}/16][{r}/4][16][4]" + (f", zero-padded to {Kp} x {Np}" if (N, K) != (Np, Kp) else ""))
+
+    # -- the accumulators: into the output, or an int32 tile buffer and an epilogue -----------
+    obuf = tree.buffer(stmt.out.buffer)
+    direct = (obuf.dtype == "int32" and stmt.requant is None and stmt.post is None and stmt.init == "identity"
+              and out_dims[-1] == n and obuf.strides[-1] == 1 and (M, N) == (Mp, Np))
+    if direct:
+        c_name, c_order = stmt.out.buffer, out_dims
+    else:
+        c_name, c_order = fresh(f"{stmt.out.buffer}_tiles"), [m, n]
+        buffers.append(Buffer(c_name, "int32", (Mp, Np), "temp"))
+
+    def operands(a_ix, b_ix, c_ix):
+        return (Access(a_name, tuple(a_ix[d] for d in a_order)), Access(b_name, b_ix),
+                Access(c_name, tuple(c_ix[d] for d in c_order)))
+
+    # the instruction form: one Dot per tile, addressed by its first row, column and group
+    ta, tb, tc = operands({m: Affine.of((mt, 16)), r: Affine.of((kt, 64))},
+                          (Affine.of(nt), Affine.of((kt, 16)), Affine.of(), Affine.of()),
+                          {m: Affine.of((mt, 16)), n: Affine.of((nt, 16))})
+    rows, cols = block
+    outer = [(mt, rows), (nt, cols), (kt, 1), (mt, 1), (nt, 1)]
+    names = [fresh(f"{d}_l") for d, _ in outer]
+    tile_stmt = Compute(stmt.name, tc, Dot("dot", Load(ta), Load(tb), k=instr.k, instr=instr.name),
+                        reduce="add", init="identity")
+    # the same with the instruction's loops: what the inspector matches and the interpreter runs
+    ma, mb, mc = operands({m: Affine.of((mt, 16), (mi, 1)), r: Affine.of((kt, 64), (kg, 4), (kj, 1))},
+                          (Affine.of(nt), Affine.of((kt, 16), (kg, 1)), Affine.of(ni), Affine.of(kj)),
+                          {m: Affine.of((mt, 16), (mi, 1)), n: Affine.of((nt, 16), (ni, 1))})
+    matched_stmt = Compute(stmt.name, mc, Binary("mul", Load(ma), Load(mb)), reduce="add", init="identity")
+    inner = [(mi, 1), (ni, 1), (kg, 1), (kj, 1)]
+    inner_names = [fresh(f"{d}_l") for d, _ in inner]
+
+    epilogue = []
+    if not direct:
+        value = Load(Access(c_name, (Affine.of(m), Affine.of(n))))
+        if stmt.init != "identity":
+            value = Binary("add", value, stmt.init)
+        epilogue.append(nest([(d, 1) for d in out_dims],
+                             replace(stmt, name=fresh(f"{stmt.name}_out"), expr=value, reduce=None, init=None,
+                                     tensorize=""), names=[fresh(f"{d}_o") for d in out_dims]))
+        steps.append(f"accumulate in int32 tiles %{c_name}, then %{stmt.out.buffer} = "
+                     + ("requant(" if stmt.requant is not None else "(") + "tiles"
+                     + (" + init)" if stmt.init != "identity" else ")"))
+    steps.append(f"{instr.mnemonic} ({instr.name}): {rows} x {cols} tiles of 16 x 16 int32, 64 bytes a step")
+
+    def tree_with(contraction):
+        return LoopTree(tuple(buffers), tuple(dims.items()), tuple(body + [contraction] + epilogue))
+
+    matched = tree_with(nest(outer + inner, matched_stmt, names=names + inner_names))
+    (stack, s), = [(st_, c) for st_, c in matched.computes() if c.reduce == "add"]
+    match = inspect(matched, stack, s, instr)
+    if not match:
+        raise UnsupportedError(f"tensorize: the rewritten loops do not match {instr.name}: {match.reason}")
+    return Rewrite(tree_with(nest(outer, tile_stmt, names=names)), matched, match, tuple(steps))
