@@ -335,8 +335,9 @@ class Emitter:
         """The top of a function with tile statements (a Dot of a tile instruction): configure tiles."""
         raise UnsupportedError(f"{type(self).__name__} has no tile instructions")
 
-    def tile_block(self, stmt: Compute, static: dict[str, int], ranges: dict[str, int]) -> None:
-        """A tile statement's block of accumulator tiles at `static`, its whole reduction inside."""
+    def tile_block(self, stmt: Compute, root, static: dict[str, int], ranges: dict[str, int]) -> None:
+        """A tile statement's block of accumulator tiles at `static`: the loops from `root` (its
+        reduction loops, then one tile row and column), the whole reduction inside."""
         raise UnsupportedError(f"{type(self).__name__} has no tile instructions")
 
     def tile_end(self) -> None:

@@ -193,7 +193,7 @@ class SegmentCompiler:
                 # reduction down, emitted by the instruction set; the loops above, as any loop
                 if not indexes_output(stmt, lp):
                     self.flush()
-                    self.em.tile_block(stmt, ctx.static, ctx.ranges)
+                    self.em.tile_block(stmt, lp, ctx.static, ctx.ranges)
                     return
             elif stmt is not None and self._block_fits(lp, stmt, ctx, rng):
                 self.register_block(lp, stmt, ctx)

@@ -1,4 +1,4 @@
-"""int8 matmuls on AMX tiles (registry entries amx.tdp*, backend/x86/amx.py), natively.
+"""int8 matmuls and convolutions on AMX tiles (registry entries amx.tdp*, backend/x86/amx.py), natively.
 
 Random shapes — tails that are no multiple of 16 rows or columns, nor of 64 bytes of reduction
 — each signedness pair on its own tile instruction, with a bias, relu and requantized outputs:
@@ -9,7 +9,7 @@ for the tile state, and skips saying which is missing.
 """
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from loopstack.backend import compile
 from loopstack.backend.interp import InterpKernel
@@ -18,6 +18,9 @@ from loopstack.backend.tensorize.tiles import tensorize_tiles
 from loopstack.errors import UnsupportedError
 from loopstack.isa import cpu
 from int8_programs import int8_matmul, int8_matmul_case, ints
+from loopstack.looptree.builders import conv2d_tree
+from loopstack.looptree.ir import Buffer, Load, LoopTree, Requant, replace
+from loopstack.looptree.builders import access
 
 PAIRS = {("uint8", "int8"): "amx.tdpbusd", ("int8", "int8"): "amx.tdpbssd",
          ("int8", "uint8"): "amx.tdpbsud", ("uint8", "uint8"): "amx.tdpbuud"}
@@ -137,15 +140,70 @@ def test_tile_code_configures_and_releases_the_tiles():
     assert "tileloadd tmm4, [" in seg and "tileloadd tmm6, [" in seg
 
 
-def test_what_is_no_matrix_multiply_is_refused_with_a_reason():
-    from loopstack.looptree.builders import conv2d_tree
-    from loopstack.looptree.ir import LoopTree, replace
+def qconv(N, C, H, W, K, R, S, padding, dilation, layout, pair, stride=1, requant=None):
+    """A quantized convolution: 8-bit X and weights, int32 output; with `requant=(zero point,
+    out dtype)` an int32 bias and a float32 scale per output channel, requantized."""
+    t = conv2d_tree(N, C, H, W, K, R, S, stride=stride, padding=padding, dilation=dilation, layout=layout)
+    out_dt = "int32" if requant is None else requant[1]
+    bufs = [replace(b, dtype={"X": pair[0], "Wt": pair[1], "Y": out_dt}[b.name]) for b in t.buffers]
+    if requant is None:
+        return LoopTree(tuple(bufs), t.dims, t.body)
+    bufs = bufs[:-1] + [Buffer("bias", "int32", (K,), "input"), Buffer("scale", "float32", (K,), "input"), bufs[-1]]
+    (_, stmt), = t.computes()
+    new = replace(stmt, init=Load(access("bias", "k")), requant=Requant(Load(access("scale", "k")), requant[0]))
+    def swap(node):
+        return new if node is stmt else replace(node, body=tuple(swap(n) for n in node.body))
+    return LoopTree(tuple(bufs), t.dims, tuple(swap(n) for n in t.body))
 
-    conv = conv2d_tree(1, 8, 6, 6, 16, 3, 3, padding=1, layout="NHWC")
-    conv = LoopTree(tuple(replace(b, dtype={"X": "uint8", "Wt": "int8", "Y": "int32"}[b.name]) for b in conv.buffers),
-                    conv.dims, conv.body)
-    with pytest.raises(UnsupportedError, match="no matrix multiply|single-dimension"):
-        tensorize_tiles(conv, instruction("amx.tdpbusd"))
+
+@settings(max_examples=25, deadline=None)
+@given(N=st.integers(1, 2), C=st.integers(1, 80), H=st.integers(1, 9), W=st.integers(1, 9), K=st.integers(1, 40),
+       R=st.integers(1, 3), S=st.integers(1, 3), padding=st.integers(0, 2), dilation=st.integers(1, 2),
+       pair=st.sampled_from(sorted(PAIRS)), requant=st.sampled_from([None, (3, "uint8"), (-5, "int8")]),
+       seed=st.integers(0, 2**31))
+def test_nhwc_convolutions_on_tiles_match_the_interpreter(N, C, H, W, K, R, S, padding, dilation, pair, requant, seed):
+    """Unit-stride NHWC convolutions (padding, dilation, any channel counts) as implicit GEMMs
+    on the zero-bordered input grid: exact, requantized or not, against the interpreter."""
+    assume(H + 2 * padding - dilation * (R - 1) >= 1 and W + 2 * padding - dilation * (S - 1) >= 1)
+    tree = qconv(N, C, H, W, K, R, S, padding, dilation, "NHWC", pair, requant=requant)
+    rng = np.random.default_rng(seed)
+    arrays = [ints(rng, pair[0], tree.buffer("X").shape), ints(rng, pair[1], tree.buffer("Wt").shape)]
+    if requant is not None:
+        arrays += [rng.integers(-3000, 3000, K).astype(np.int32), rng.uniform(1e-4, 1e-2, K).astype(np.float32)]
+    want = np.zeros(tree.buffer("Y").shape, tree.buffer("Y").dtype)
+    compile(tree, target="interp")(*arrays, want)
+    rw = tensorize_tiles(tree, instruction(PAIRS[pair]))           # the tile form, in the interpreter
+    got = np.zeros_like(want)
+    InterpKernel(rw.matched)(*arrays, got)
+    np.testing.assert_array_equal(got, want)
+    if cpu.amx_permission()[0] and "avx512f" in cpu.cpu_features():
+        kernel = compile(tree, target="avx512")
+        assert kernel.tensorized == PAIRS[pair]
+        got = np.zeros_like(want)
+        kernel(*arrays, got)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("layout, stride", [("NCHW", 1), ("NHWC", 2)])
+def test_other_convolutions_stay_on_vector_dots(layout, stride):
+    """Channels not innermost (NCHW), or a strided window: no tile form (a reason), and the
+    compile's vector dot products, exact."""
+    tree = qconv(1, 8, 6, 6, 16, 3, 3, 1, 1, layout, ("uint8", "int8"), stride=stride)
+    with pytest.raises(UnsupportedError, match="tile convolution"):
+        tensorize_tiles(tree, instruction("amx.tdpbusd"))
+    needs_amx()
+    rng = np.random.default_rng(0)
+    X, Wt = ints(rng, "uint8", tree.buffer("X").shape), ints(rng, "int8", tree.buffer("Wt").shape)
+    want = np.zeros(tree.buffer("Y").shape, np.int32)
+    compile(tree, target="interp")(X, Wt, want)
+    kernel = compile(tree, target="avx512")
+    got = np.zeros_like(want)
+    kernel(X, Wt, got)
+    assert not kernel.tensorized.startswith("amx")
+    np.testing.assert_array_equal(got, want)
+
+
+def test_what_is_no_matrix_multiply_is_refused_with_a_reason():
     tree = int8_matmul(16, 16, 64, "int8", "int8")
     with pytest.raises(UnsupportedError, match="multiplies uint8 x int8"):
         tensorize_tiles(tree, instruction("amx.tdpbusd"))

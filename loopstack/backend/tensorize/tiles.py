@@ -10,7 +10,9 @@ same ordinary means as the vector rewriter (rewrite.py):
     bytes — zero-padded where 16 does not divide n or 64 the reduction;
   - the activations `a` are read in place when each row's reduction is contiguous and whole
     tiles cover them (a tile load's row stride is a register: any row length), else copied
-    into `[m'][r']` with the zero padding materialised;
+    into `[m'][r']` rows of whole tiles; what lies past them is never read into a kept result
+    (padding rows reach only output rows the epilogue drops, padding bytes of the reduction
+    meet the weights' zero padding), so it is not written;
   - the accumulators are stored straight into an int32 output that whole tiles cover; anything
     else (a bias, a requantized or narrower output, a ragged edge) goes through an int32 tile
     buffer and an element-wise epilogue `out = requant(tiles + init)`, which the vector code
@@ -33,7 +35,7 @@ from ...looptree.builders import nest
 from ...looptree.ir import Access, Affine, Binary, Buffer, Compute, Dot, Load, LoopTree
 from .inspect import _bind, inspect
 from .registry import TensorInstr
-from .rewrite import Rewrite, accumulation_dtype
+from .rewrite import Rewrite, _index_range, accumulation_dtype
 
 BLOCK = (2, 2)          # tile rows x tile columns of accumulators
 
@@ -88,8 +90,10 @@ def tensorize_tiles(tree: LoopTree, instr: TensorInstr, *, block: tuple[int, int
             raise UnsupportedError(f"{instr.name}: its {want['a']} row operand would be the output's columns")
     why = []
     for binding in bindings:
+        a, b = binding["a"], binding["b"]
+        rewrite = _rewrite if _dims_alone(a) is not None and len(stmt.out.index) == 2 else _rewrite_conv
         try:
-            return _rewrite(tree, stmt, instr, binding["a"], binding["b"], block, avoid)
+            return rewrite(tree, stmt, instr, a, b, block, avoid)
         except UnsupportedError as e:
             why.append(str(e))
     raise UnsupportedError(why[0])
@@ -129,14 +133,16 @@ def _rewrite(tree, stmt, instr, a, b, block, avoid) -> Rewrite:
     if a_dims[-1] == r and abuf.strides[-1] == 1 and (M, K) == (Mp, Kp) and not a.zero_pad:
         a_name, a_order = a.buffer, a_dims
     else:
+        # only the activations themselves are copied: the padding's rows reach only output rows
+        # the epilogue drops, and its columns meet the weights' zero padding
         a_name, a_order = fresh(f"{a.buffer}_rows"), [m, r]
         am, ak = fresh(f"{a.buffer.lower()}0"), fresh(f"{a.buffer.lower()}1")
-        dims.update({am: Mp, ak: Kp})
+        dims.update({am: M, ak: K})
         buffers.append(Buffer(a_name, abuf.dtype, (Mp, Kp), "temp"))
-        src = _reindex(a, a_dims, {m: Affine.of(am), r: Affine.of(ak)}, (M, K) != (Mp, Kp))
+        src = _reindex(a, a_dims, {m: Affine.of(am), r: Affine.of(ak)}, False)
         body.append(nest([(am, 1), (ak, 1)], Compute(fresh("stage"), Access(a_name, (Affine.of(am), Affine.of(ak))),
                                                       Load(src)), names=[fresh(am + "_l"), fresh(ak + "_l")]))
-        steps.append(f"copy %{a.buffer} as [{m}][{r}] rows" + (f", zero-padded to {Mp} x {Kp}" if (M, K) != (Mp, Kp) else ""))
+        steps.append(f"copy %{a.buffer} as [{m}][{r}] rows" + (f" of {Mp} x {Kp}" if (M, K) != (Mp, Kp) else ""))
 
     # -- the weights: 16-column panels of 4-byte reduction groups ----------------------------
     bbuf = tree.buffer(b.buffer)
@@ -199,6 +205,160 @@ def _rewrite(tree, stmt, instr, a, b, block, avoid) -> Rewrite:
 
     matched = tree_with(nest(outer + inner, matched_stmt, names=names + inner_names))
     (stack, s), = [(st_, c) for st_, c in matched.computes() if c.reduce == "add"]
+    match = inspect(matched, stack, s, instr)
+    if not match:
+        raise UnsupportedError(f"tensorize: the rewritten loops do not match {instr.name}: {match.reason}")
+    return Rewrite(tree_with(nest(outer, tile_stmt, names=names)), matched, match, tuple(steps))
+
+
+def _conv_shape(tree, stmt, a, b):
+    """(batch positions, spatial positions, channel dim, tap dims, output column dim) of a
+    convolution `out[.., oh, ow, k] += a[.., oh + r*d - p, ow + s*d - p, c] * b[r, s, c, k]` with
+    unit stride (the index positions in any order but a's: batch, two spatial, then channels)."""
+    b_dims, out_dims = _dims_alone(b), _dims_alone(stmt.out)
+    abuf = tree.buffer(a.buffer)
+    if b_dims is None or out_dims is None or len(a.index) < 3:
+        raise UnsupportedError(f"tile convolution: %{b.buffer} and %{stmt.out.buffer} must index one dim per position")
+    red = [d for d in b_dims if d not in out_dims]
+    cols = [d for d in out_dims if d in b_dims]
+    last = _dims_alone(Access(a.buffer, a.index[-1:]))
+    if len(cols) != 1 or last is None or last[0] not in red or abuf.strides[-1] != 1:
+        raise UnsupportedError(f"tile convolution: %{a.buffer}'s channels (a reduction %{b.buffer} reads) must be "
+                               "its last, contiguous position, and one output dimension %{b.buffer}'s alone")
+    c, kd = last[0], cols[0]
+    taps = [d for d in red if d != c]
+    spatial = []
+    for p, ix in enumerate(a.index[:-1]):
+        tap = [t for t in ix.names() if t in taps]
+        outs = [d for d in ix.names() if d in out_dims]
+        if tap:
+            if len(tap) != 1 or len(outs) != 1 or ix.coeff(outs[0]) != 1 or ix.coeff(tap[0]) <= 0 \
+                    or len(ix.terms) != 2:
+                raise UnsupportedError(f"tile convolution: %{a.buffer}'s index {ix} is no unit-stride window")
+            spatial.append((p, outs[0], tap[0]))
+        elif _dims_alone(Access(a.buffer, (ix,))) is None or ix.names()[0] not in out_dims or ix.names()[0] in b_dims:
+            raise UnsupportedError(f"tile convolution: %{a.buffer}'s index {ix} is neither a window nor a batch")
+    if len(spatial) != 2 or [p for p, _, _ in spatial] != [len(a.index) - 3, len(a.index) - 2] \
+            or sorted(t for _, _, t in spatial) != sorted(taps):
+        raise UnsupportedError(f"tile convolution: %{a.buffer} needs two window positions just before its channels")
+    batch = list(range(len(a.index) - 3))
+    a_outs = {ix.names()[0] for ix in a.index[:-3]} | {o for _, o, _ in spatial}
+    if a_outs | {kd} != set(out_dims):
+        raise UnsupportedError(f"tile convolution: %{stmt.out.buffer}'s dimensions are not %{a.buffer}'s and {kd}")
+    return batch, spatial, c, taps, kd
+
+
+def _rewrite_conv(tree, stmt, instr, a, b, block, avoid) -> Rewrite:
+    """A unit-stride convolution as tiles: its output pixels along (oh, ow) are the tile rows on a
+    grid as wide as the zero-bordered input row (implicit GEMM): the pixel q = oh * Ws + ow reads
+    the staged input row q + r * Ws + s for tap (r, s), affine in q, so a tile is 16 consecutive
+    grid points at the channels' row stride. The grid's columns past the output's width are
+    computed and dropped by the epilogue (2 of every Ws + 2 for a 3x3 window)."""
+    batch, spatial, c, taps, kd = _conv_shape(tree, stmt, a, b)
+    b_dims, out_dims = _dims_alone(b), _dims_alone(stmt.out)
+    sizes = dict(tree.dims)
+    (hp, oh, rh), (wp, ow, rw) = spatial
+    lo = {p: _index_range(a.index[p], sizes) for p in (hp, wp)}
+    Hs, Ws = (lo[p][1] - lo[p][0] + 1 for p in (hp, wp))
+    OH, OW, C, K = sizes[oh], sizes[ow], sizes[c], sizes[kd]
+    Q, Cp, Kp = _ceil(OH * Ws, 16), _ceil(C, 64), _ceil(K, 16)
+    # the last staged row a tile may read: q < Q plus the largest tap offset
+    reach = (lo[hp][1] - lo[hp][0] - (OH - 1)) * Ws + (lo[wp][1] - lo[wp][0] - (OW - 1))
+    L = Q + reach
+    abuf, bbuf, obuf = (tree.buffer(x) for x in (a.buffer, b.buffer, stmt.out.buffer))
+    taken = set(avoid) | {x.name for x in tree.buffers} | set(sizes)
+
+    def fresh(base: str) -> str:
+        name, i = base, 0
+        while name in taken:
+            i += 1
+            name = f"{base}{i}"
+        taken.add(name)
+        return name
+
+    buffers, dims, body = list(tree.buffers), dict(tree.dims), []
+    mt, nt, kt = fresh("mt"), fresh("nt"), fresh("kt")
+    mi, ni, kg, kj = fresh("mi"), fresh("ni"), fresh("kg"), fresh("kj")
+    dims.update({mt: Q // 16, nt: Kp // 16, kt: Cp // 64, mi: 16, ni: 16, kg: 16, kj: 4})
+    batch_ix = [a.index[p] for p in batch]
+
+    # -- the activations: rows of the zero-bordered (h, w) grid, flattened -------------------
+    # only the input's pixels inside the window's reach are copied: the border's grid rows are
+    # never written, so they keep the zeros a temporary buffer starts with (backend
+    # kernel_base.allocate_storage, the interpreter's too); channels past C meet zero weights
+    xs = fresh(f"{a.buffer}_grid")
+    xd = [fresh(f"{a.buffer.lower()}{i}") for i in range(len(batch) + 3)]
+    first = {p: max(0, lo[p][0]) for p in (hp, wp)}
+    count = {p: min(abuf.shape[p] - 1, lo[p][1]) - first[p] + 1 for p in (hp, wp)}
+    if min(count.values()) < 1:
+        raise UnsupportedError("tile convolution: the window reads no input pixel")
+    dims.update(zip(xd, [abuf.shape[p] for p in batch] + [count[hp], count[wp], C]))
+    buffers.append(Buffer(xs, abuf.dtype, tuple(abuf.shape[p] for p in batch) + (L, Cp), "temp"))
+    *bx, xi, xj, xc = xd
+    src = Access(a.buffer, tuple(Affine.of(d) for d in bx) + (Affine.of(xi, const=first[hp]),
+                 Affine.of(xj, const=first[wp]), Affine.of(xc)))
+    to_row = Affine.of((xi, Ws), (xj, 1), const=(first[hp] - lo[hp][0]) * Ws + first[wp] - lo[wp][0])
+    body.append(nest([(d, 1) for d in xd], Compute(fresh("stage"), Access(xs, tuple(Affine.of(d) for d in bx)
+                + (to_row, Affine.of(xc))), Load(src)), names=[fresh(d + "_l") for d in xd]))
+    steps = [f"copy %{a.buffer} into a zero-bordered grid of {Hs} x {Ws} pixel rows ({Cp} bytes apart)"]
+
+    # -- the weights: [k/16][taps][c/4][16][4] ----------------------------------------------
+    bp = fresh(f"{b.buffer}_tiles")
+    bd = [fresh(f"{b.buffer.lower()}{i}") for i in range(len(taps) + 4)]
+    b0, *bt, b1, b2, b3 = bd
+    dims.update(zip(bd, [Kp // 16] + [sizes[t] for t in taps] + [Cp // 4, 16, 4]))
+    buffers.append(Buffer(bp, bbuf.dtype, (Kp // 16, *[sizes[t] for t in taps], Cp // 4, 16, 4), "temp"))
+    by = {c: Affine.of((b1, 4), (b3, 1)), kd: Affine.of((b0, 16), (b2, 1)), **{t: Affine.of(v) for t, v in zip(taps, bt)}}
+    body.append(nest([(d, 1) for d in bd], Compute(fresh("pack"), Access(bp, tuple(Affine.of(d) for d in bd)),
+                     Load(_reindex(b, b_dims, by, (C, K) != (Cp, Kp)))), names=[fresh(d + "_l") for d in bd]))
+    steps.append(f"pack %{b.buffer} as [{kd}/16][{']['.join(taps)}][{c}/4][16][4]")
+
+    # -- the accumulators: an int32 grid, then the epilogue drops the grid's extra columns -----
+    ct = fresh(f"{stmt.out.buffer}_tiles")
+    buffers.append(Buffer(ct, "int32", tuple(abuf.shape[p] for p in batch) + (Q, Kp), "temp"))
+    grid = {p: a.index[p] for p in (hp, wp)}
+
+    def row(q: Affine) -> Affine:          # the staged row of grid point q at the taps
+        terms = list(q.terms) + [(rh, grid[hp].coeff(rh) * Ws), (rw, grid[wp].coeff(rw))]
+        return Affine.of(*terms, const=(grid[hp].const - lo[hp][0]) * Ws + grid[wp].const - lo[wp][0])
+
+    def operands(q: Affine, k_ix: Affine, b_ix, col: Affine):
+        return (Access(xs, tuple(batch_ix) + (row(q), k_ix)), Access(bp, b_ix),
+                Access(ct, tuple(batch_ix) + (q, col)))
+
+    taps_ix = tuple(Affine.of(t) for t in taps)
+    ta, tb, tc = operands(Affine.of((mt, 16)), Affine.of((kt, 64)),
+                          (Affine.of(nt),) + taps_ix + (Affine.of((kt, 16)), Affine.of(), Affine.of()),
+                          Affine.of((nt, 16)))
+    ma, mb, mc = operands(Affine.of((mt, 16), (mi, 1)), Affine.of((kt, 64), (kg, 4), (kj, 1)),
+                          (Affine.of(nt),) + taps_ix + (Affine.of((kt, 16), (kg, 1)), Affine.of(ni), Affine.of(kj)),
+                          Affine.of((nt, 16), (ni, 1)))
+    rows, cols = block
+    batch_dims = [ix.names()[0] for ix in batch_ix]
+    outer = [(d, 1) for d in batch_dims] + [(mt, rows), (nt, cols)] + [(t, 1) for t in taps] + [(kt, 1), (mt, 1), (nt, 1)]
+    names = [fresh(f"{d}_l") for d, _ in outer]
+    inner = [(mi, 1), (ni, 1), (kg, 1), (kj, 1)]
+    inner_names = [fresh(f"{d}_l") for d, _ in inner]
+    tile_stmt = Compute(stmt.name, tc, Dot("dot", Load(ta), Load(tb), k=instr.k, instr=instr.name),
+                        reduce="add", init="identity")
+    matched_stmt = Compute(stmt.name, mc, Binary("mul", Load(ma), Load(mb)), reduce="add", init="identity")
+
+    value = Load(Access(ct, tuple(batch_ix) + (Affine.of((oh, Ws), (ow, 1)), Affine.of(kd))))
+    if stmt.init != "identity":
+        value = Binary("add", value, stmt.init)
+    epilogue = [nest([(d, 1) for d in out_dims],
+                     replace(stmt, name=fresh(f"{stmt.name}_out"), expr=value, reduce=None, init=None, tensorize=""),
+                     names=[fresh(f"{d}_o") for d in out_dims])]
+    steps.append(f"accumulate in an int32 grid %{ct} ({Q} rows), then %{stmt.out.buffer} = "
+                 + ("requant(" if stmt.requant is not None else "(") + "grid"
+                 + (" + init)" if stmt.init != "identity" else ")") + f", {OW} of every {Ws} columns")
+    steps.append(f"{instr.mnemonic} ({instr.name}): {rows} x {cols} tiles of 16 x 16 int32, 64 bytes a step")
+
+    def tree_with(contraction):
+        return LoopTree(tuple(buffers), tuple(dims.items()), tuple(body + [contraction] + epilogue))
+
+    matched = tree_with(nest(outer + inner, matched_stmt, names=names + inner_names))
+    (stack, s), = [(st_, x) for st_, x in matched.computes() if x.reduce == "add"]
     match = inspect(matched, stack, s, instr)
     if not match:
         raise UnsupportedError(f"tensorize: the rewritten loops do not match {instr.name}: {match.reason}")

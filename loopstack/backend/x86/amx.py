@@ -3,12 +3,14 @@
 The tile rewriter (backend/tensorize/tiles.py) leaves a contraction whose statement is one Dot
 per 16 x 16 tile of int32 accumulators, addressed by its first row and column, under the loops
 `mt` (tile rows) x `nt` (tile columns) of the accumulator block, then `kt` (64-byte reduction
-steps). The nest walk emits the loops above the block as it emits any loop (the schedule's
-tiling, order and parallelism); from `kt` down, `tile_block` emits:
+steps; a convolution's window taps too). The nest walk emits the loops above the block as it
+emits any loop (the schedule's tiling, order and parallelism); from the reduction loops down,
+`tile_block` emits:
 
     tilezero   every accumulator tile of the block (rows x cols <= 4: tmm0-3)
-    loop kt:   tileloadd each row's A tile (tmm4-5) and each column's B tile (tmm6-7),
-               then rows x cols tile products (tdpbusd & co.); A and B pointers += one step
+    loops over the reduction (runtime loops moving the A and B pointers):
+               tileloadd each row's A tile (tmm4-5) and each column's B tile (tmm6-7),
+               then rows x cols tile products (tdpbusd & co.)
     tilestored every accumulator to its rows (the int32 output, or the rewriter's tile buffer)
 
 A tile load's rows are a register stride apart ([pointer + stride + disp]); the strides are
@@ -25,6 +27,7 @@ import struct
 
 from ...errors import UnsupportedError
 from ...isa.x86.operands import TMM, Mem
+from ..analysis import chain_below, indexes_output
 from ..tensorize.registry import instruction
 
 ROWS, ROW_BYTES = 16, 64
@@ -47,28 +50,25 @@ def tile_end(asm) -> None:
     asm.emit("tilerelease")
 
 
-def _tile_dims(stmt) -> tuple[str, str, str]:
-    """(tile-row, tile-column, reduction-step) dimensions of a tile statement, from which of its
-    accesses index them: rows the output and a, columns the output and b, steps a and b."""
-    a, b, c = (set(x.names()) for x in (stmt.expr.a.access, stmt.expr.b.access, stmt.out))
-    try:
-        (m,), (n,), (k,) = a & c - b, b & c - a, a & b - c
-    except ValueError:
-        raise UnsupportedError(f"statement {stmt.name}: no tile rows, columns and reduction steps in {stmt}") from None
-    return m, n, k
-
-
-def tile_block(em, stmt, static: dict[str, int], ranges: dict[str, int]) -> None:
-    """The accumulator block at `static`: ranges[m] x ranges[n] tiles, all ranges[k] steps."""
+def tile_block(em, stmt, root, static: dict[str, int], ranges: dict[str, int]) -> None:
+    """The accumulator block of `stmt` whose loops start at `root` (its reduction loops, then one
+    tile row and one tile column), at `static`: ranges[m] x ranges[n] tiles, all reduction steps."""
     instr = instruction(stmt.expr.instr)
     asm = em.asm
-    m, n, k = _tile_dims(stmt)
+    chain = chain_below(root)
+    reduction = [lp for lp in chain if not indexes_output(stmt, lp)]
+    a, b, c = stmt.expr.a.access, stmt.expr.b.access, stmt.out
+    tile_loops = [lp for lp in chain if indexes_output(stmt, lp)]
+    try:
+        m = next(lp.dim for lp in tile_loops if lp.dim in a.names())
+        n = next(lp.dim for lp in tile_loops if lp.dim in b.names())
+    except StopIteration:
+        raise UnsupportedError(f"statement {stmt.name}: no tile row and column loops below {root.var}") from None
     size = dict(em.tree.dims)
-    rows, cols, steps = (ranges.get(d, size[d]) for d in (m, n, k))
+    rows, cols = (ranges.get(d, size[d]) for d in (m, n))
     if rows > len(A_TILES) or cols > len(B_TILES) or rows * cols > len(ACCUMULATORS):
         raise UnsupportedError(f"{instr.name}: a block of {rows} x {cols} tiles exceeds the tile registers "
                                f"({len(A_TILES)} x {len(B_TILES)})")
-    a, b, c = stmt.expr.a.access, stmt.expr.b.access, stmt.out
 
     def at(access, **offsets):
         point = dict(static)
@@ -80,6 +80,7 @@ def tile_block(em, stmt, static: dict[str, int], ranges: dict[str, int]) -> None
         return em.displacement(access, {**static, d: static.get(d, 0) + 1}) - em.displacement(access, static)
 
     # a tile's row stride: A and C rows are the rows of a tile row; B rows its reduction groups
+    k = reduction[-1].dim
     stride_bytes = {"a": step(a, m) // ROWS, "b": step(b, k) // ROWS, "c": step(c, m) // ROWS}
     regs: dict[int, object] = {}
     for value in stride_bytes.values():
@@ -94,21 +95,38 @@ def tile_block(em, stmt, static: dict[str, int], ranges: dict[str, int]) -> None
         return Mem(base.base, stride[name], 1, base.disp)
 
     acc = {(i, j): ACCUMULATORS[i * cols + j] for i in range(rows) for j in range(cols)}
+
+    def products():
+        for i in range(rows):
+            asm.emit("tileloadd", A_TILES[i], tile_mem(at(a, **{m: i}), "a"))
+        for j in range(cols):
+            asm.emit("tileloadd", B_TILES[j], tile_mem(at(b, **{n: j}), "b"))
+        for (i, j), t in acc.items():
+            asm.emit(instr.mnemonic, t, A_TILES[i], B_TILES[j])
+
+    def reduce(level: int) -> None:
+        """The reduction loops from `level` in, runtime loops moving the A and B pointers."""
+        if level == len(reduction):
+            products()
+            return
+        lp = reduction[level]
+        rng = ranges.get(lp.dim, size[lp.dim])
+        if rng % lp.step:
+            raise UnsupportedError(f"{instr.name}: reduction loop {lp.var} has a partial last step")
+        count = rng // lp.step
+        if count == 1:
+            reduce(level + 1)
+            return
+        moves = [(x.base, d) for x, d in ((at(a), step(a, lp.dim) * lp.step), (at(b), step(b, lp.dim) * lp.step)) if d]
+        loop = em.loop_begin(lp.var, count)
+        reduce(level + 1)
+        em.loop_end(*loop, moves)
+        for ptr, d in moves:
+            em.rewind(ptr, d * count)
+
     for t in acc.values():
         asm.emit("tilezero", t)
-    a_step, b_step = step(a, k), step(b, k)
-    a_ptr, b_ptr = at(a).base, at(b).base
-    loop = em.loop_begin("kt", steps) if steps > 1 else None
-    for i in range(rows):
-        asm.emit("tileloadd", A_TILES[i], tile_mem(at(a, **{m: i}), "a"))
-    for j in range(cols):
-        asm.emit("tileloadd", B_TILES[j], tile_mem(at(b, **{n: j}), "b"))
-    for (i, j), t in acc.items():
-        asm.emit(instr.mnemonic, t, A_TILES[i], B_TILES[j])
-    if loop is not None:
-        em.loop_end(*loop, [(a_ptr, a_step), (b_ptr, b_step)])
-        em.rewind(a_ptr, a_step * steps)
-        em.rewind(b_ptr, b_step * steps)
+    reduce(0)
     for (i, j), t in acc.items():
         asm.emit("tilestored", tile_mem(at(c, **{m: i, n: j}), "c"), t)
     em.free_gprs.extend(regs.values())

@@ -334,8 +334,8 @@ class X86Emitter(Emitter):
     def tile_begin(self) -> None:
         amx.tile_begin(self.asm)
 
-    def tile_block(self, stmt, static, ranges) -> None:
-        amx.tile_block(self, stmt, static, ranges)
+    def tile_block(self, stmt, root, static, ranges) -> None:
+        amx.tile_block(self, stmt, root, static, ranges)
 
     def tile_end(self) -> None:
         amx.tile_end(self.asm)
