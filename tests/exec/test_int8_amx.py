@@ -137,7 +137,7 @@ def test_tile_code_configures_and_releases_the_tiles():
     assert seg.index("ldtilecfg") < seg.index("tdpbusd") < seg.index("tilerelease") < seg.index("ret")
     blocks = seg.count("tdpbusd") // 4           # the tile-column loop may be unrolled
     assert blocks and seg.count("tdpbusd") == seg.count("tilezero") == seg.count("tilestored") == 4 * blocks
-    assert "tileloadd tmm4, [" in seg and "tileloadd tmm6, [" in seg
+    assert "tileloadd tmm4, [" in seg and "tileloaddt1 tmm6, [" in seg
 
 
 def qconv(N, C, H, W, K, R, S, padding, dilation, layout, pair, stride=1, requant=None):
