@@ -237,3 +237,22 @@ def test_amx_permission_agrees_with_the_cpu_features():
     assert granted == (why == "")
     if not has:
         assert "no AMX" in why
+
+
+def test_a_parallel_schedule_keeps_its_parallel_loop_on_tiles():
+    """The tile rewriter builds its own loops; a schedule's parallel loop stays parallel (the
+    blocks' rows), and two threads compute the same result."""
+    needs_amx()
+    from loopstack.looptree.ir import Loop, replace as rep
+
+    tree, arrays, want = int8_matmul_case(np.random.default_rng(3), 100, 48, 96, ("uint8", "int8"), bias=True)
+    top = tree.body[0]
+    tree = LoopTree(tree.buffers, tree.dims, (rep(top, annotations=frozenset({"parallel"})),))
+    kernel = compile(tree, target="avx512")
+    assert kernel.tensorized == "amx.tdpbusd"
+    assert any(isinstance(n, Loop) and "parallel" in n.annotations and "mt" in n.dim for n in kernel.lowered.body)
+    for threads in (1, 2):
+        kernel.threads = threads
+        got = np.zeros((100, 48), np.int32)
+        kernel(*arrays, got)
+        np.testing.assert_array_equal(got, want)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from ...errors import ScheduleError, UnsupportedError
-from ...looptree.ir import Binary, Compute, Load, LoopTree
+from ...looptree.ir import Binary, Compute, Load, Loop, LoopTree
 from .registry import TensorInstr, instructions_for
 from .rewrite import accumulation_dtype, tensorize
 from .scheduled import alone, isolate, loop_vars, splice, tensorize_requested
@@ -57,6 +57,11 @@ def register_block(target, instr: TensorInstr) -> tuple[int, int, int]:
     return max(1, min(6, room // panels)), panels, room
 
 
+def tile_instructions(target) -> list[TensorInstr]:
+    """The tile instructions (AMX) code for `target` may use on this host."""
+    return [t for t in instructions_for(target.arch, target_features(target)) if t.tile]
+
+
 def tensorize_for_target(tree: LoopTree, target) -> tuple[LoopTree, TensorInstr | None]:
     """Each statement the schedule asked to tensorize, on the schedule's loops (or a
     ScheduleError saying why no instruction applies); without a request, an integer contraction
@@ -82,10 +87,12 @@ def tensorize_for_target(tree: LoopTree, target) -> tuple[LoopTree, TensorInstr 
 
 def _default(tree: LoopTree, target, features, avoid) -> tuple[LoopTree, TensorInstr | None]:
     tiles = [t for t in instructions_for(target.arch, features) if t.tile]
-    for transposed in (False, True):            # a tile unit first, where there is one
+    # a tile unit first, where there is one; the schedule's parallel loop stays parallel
+    parallel = any(isinstance(n, Loop) and "parallel" in n.annotations for n in tree.body)
+    for transposed in (False, True):
         for instr in tiles:
             try:
-                return tensorize_tiles(tree, instr, avoid=avoid, transposed=transposed).tree, instr
+                return tensorize_tiles(tree, instr, avoid=avoid, transposed=transposed, parallel=parallel).tree, instr
             except (UnsupportedError, ScheduleError):
                 continue
     for instr in instructions_for(target.arch, features):

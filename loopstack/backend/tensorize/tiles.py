@@ -44,6 +44,10 @@ def _ceil(x: int, unit: int) -> int:
     return -(-x // unit) * unit
 
 
+def _rows_loop(dim: str, step: int, parallel: bool) -> tuple:
+    return (dim, step, frozenset({"parallel"})) if parallel else (dim, step)
+
+
 def _dims_alone(acc: Access) -> list[str] | None:
     """The dimension each position of `acc` indexes, where every position is one bare dim."""
     out = []
@@ -59,12 +63,12 @@ def _reindex(acc: Access, dims: list[str], by: dict[str, Affine], zero_pad: bool
 
 
 def tensorize_tiles(tree: LoopTree, instr: TensorInstr, *, block: tuple[int, int] = BLOCK,
-                    avoid: frozenset[str] = frozenset(), transposed: bool = True) -> Rewrite:
+                    avoid: frozenset[str] = frozenset(), transposed: bool = True, parallel: bool = False) -> Rewrite:
     """`tree` (one matrix multiply) rewritten so `instr` computes it in tiles. The instruction's
     row operand `a` is the one the output's rows index; with `transposed`, also the other
     (a product commutes: the tiles then hold the output's transpose, stored back through the
     epilogue) — the way a product of int8 x uint8 runs as uint8 x int8 where only that
-    instruction exists."""
+    instruction exists. `parallel`: the outermost loop (the blocks' rows) runs in parallel."""
     if not instr.tile:
         raise UnsupportedError(f"{instr.name} is no tile instruction")
     stmts = list(tree.computes())
@@ -93,13 +97,13 @@ def tensorize_tiles(tree: LoopTree, instr: TensorInstr, *, block: tuple[int, int
         a, b = binding["a"], binding["b"]
         rewrite = _rewrite if _dims_alone(a) is not None and len(stmt.out.index) == 2 else _rewrite_conv
         try:
-            return rewrite(tree, stmt, instr, a, b, block, avoid)
+            return rewrite(tree, stmt, instr, a, b, block, avoid, parallel)
         except UnsupportedError as e:
             why.append(str(e))
     raise UnsupportedError(why[0])
 
 
-def _rewrite(tree, stmt, instr, a, b, block, avoid) -> Rewrite:
+def _rewrite(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
     a_dims, b_dims, out_dims = _dims_alone(a), _dims_alone(b), _dims_alone(stmt.out)
     if a_dims is None or b_dims is None or out_dims is None or len(out_dims) != 2:
         raise UnsupportedError(f"{instr.name}: not a matrix multiply of single-dimension indices: {stmt}")
@@ -175,8 +179,8 @@ def _rewrite(tree, stmt, instr, a, b, block, avoid) -> Rewrite:
                           (Affine.of(nt), Affine.of((kt, 16)), Affine.of(), Affine.of()),
                           {m: Affine.of((mt, 16)), n: Affine.of((nt, 16))})
     rows, cols = block
-    outer = [(mt, rows), (nt, cols), (kt, 1), (mt, 1), (nt, 1)]
-    names = [fresh(f"{d}_l") for d, _ in outer]
+    outer = [_rows_loop(mt, rows, parallel), (nt, cols), (kt, 1), (mt, 1), (nt, 1)]
+    names = [fresh(f"{e[0]}_l") for e in outer]
     tile_stmt = Compute(stmt.name, tc, Dot("dot", Load(ta), Load(tb), k=instr.k, instr=instr.name),
                         reduce="add", init="identity")
     # the same with the instruction's loops: what the inspector matches and the interpreter runs
@@ -248,7 +252,7 @@ def _conv_shape(tree, stmt, a, b):
     return batch, spatial, c, taps, kd
 
 
-def _rewrite_conv(tree, stmt, instr, a, b, block, avoid) -> Rewrite:
+def _rewrite_conv(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
     """A unit-stride convolution as tiles: its output pixels along (oh, ow) are the tile rows on a
     grid as wide as the zero-bordered input row (implicit GEMM): the pixel q = oh * Ws + ow reads
     the staged input row q + r * Ws + s for tap (r, s), affine in q, so a tile is 16 consecutive
@@ -335,8 +339,10 @@ def _rewrite_conv(tree, stmt, instr, a, b, block, avoid) -> Rewrite:
                           Affine.of((nt, 16), (ni, 1)))
     rows, cols = block
     batch_dims = [ix.names()[0] for ix in batch_ix]
-    outer = [(d, 1) for d in batch_dims] + [(mt, rows), (nt, cols)] + [(t, 1) for t in taps] + [(kt, 1), (mt, 1), (nt, 1)]
-    names = [fresh(f"{d}_l") for d, _ in outer]
+    # the images of a batch inside the blocks' rows: those are the loop that may run in parallel
+    outer = ([_rows_loop(mt, rows, parallel), (nt, cols)] + [(d, 1) for d in batch_dims] + [(t, 1) for t in taps]
+             + [(kt, 1), (mt, 1), (nt, 1)])
+    names = [fresh(f"{e[0]}_l") for e in outer]
     inner = [(mi, 1), (ni, 1), (kg, 1), (kj, 1)]
     inner_names = [fresh(f"{d}_l") for d, _ in inner]
     tile_stmt = Compute(stmt.name, tc, Dot("dot", Load(ta), Load(tb), k=instr.k, instr=instr.name),
