@@ -117,20 +117,10 @@ def _rewrite(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
     sizes = dict(tree.dims)
     M, N, K = sizes[m], sizes[n], sizes[r]
     Mp, Np, Kp = _ceil(M, 16), _ceil(N, 16), _ceil(K, 64)
-    taken = set(avoid) | {x.name for x in tree.buffers} | set(sizes)
-
-    def fresh(base: str) -> str:
-        name, i = base, 0
-        while name in taken:
-            i += 1
-            name = f"{base}{i}"
-        taken.add(name)
-        return name
-
+    fresh = _namer(tree, avoid)
     buffers, dims, body, steps = list(tree.buffers), dict(tree.dims), [], []
-    mt, nt, kt = fresh("mt"), fresh("nt"), fresh("kt")
-    mi, ni, kg, kj = fresh("mi"), fresh("ni"), fresh("kg"), fresh("kj")
-    dims.update({mt: Mp // 16, nt: Np // 16, kt: Kp // 64, mi: 16, ni: 16, kg: 16, kj: 4})
+    (mt, nt, kt), inner = _tile_loops(fresh, dims, Mp, Np, Kp)
+    mi, ni, kg, kj = (d for d, _ in inner)
 
     # -- the activations: in place, or copied with the padding materialised -------------------
     abuf = tree.buffer(a.buffer)
@@ -178,34 +168,71 @@ def _rewrite(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
     ta, tb, tc = operands({m: Affine.of((mt, 16)), r: Affine.of((kt, 64))},
                           (Affine.of(nt), Affine.of((kt, 16)), Affine.of(), Affine.of()),
                           {m: Affine.of((mt, 16)), n: Affine.of((nt, 16))})
-    rows, cols = block
-    outer = [_rows_loop(mt, rows, parallel), (nt, cols), (kt, 1), (mt, 1), (nt, 1)]
-    names = [fresh(f"{e[0]}_l") for e in outer]
-    tile_stmt = Compute(stmt.name, tc, Dot("dot", Load(ta), Load(tb), k=instr.k, instr=instr.name),
-                        reduce="add", init="identity")
     # the same with the instruction's loops: what the inspector matches and the interpreter runs
     ma, mb, mc = operands({m: Affine.of((mt, 16), (mi, 1)), r: Affine.of((kt, 64), (kg, 4), (kj, 1))},
                           (Affine.of(nt), Affine.of((kt, 16), (kg, 1)), Affine.of(ni), Affine.of(kj)),
                           {m: Affine.of((mt, 16), (mi, 1)), n: Affine.of((nt, 16), (ni, 1))})
-    matched_stmt = Compute(stmt.name, mc, Binary("mul", Load(ma), Load(mb)), reduce="add", init="identity")
-    inner = [(mi, 1), (ni, 1), (kg, 1), (kj, 1)]
-    inner_names = [fresh(f"{d}_l") for d, _ in inner]
-
+    rows, cols = block
+    outer = [_rows_loop(mt, rows, parallel), (nt, cols), (kt, 1), (mt, 1), (nt, 1)]
     epilogue = []
     if not direct:
-        value = Load(Access(c_name, (Affine.of(m), Affine.of(n))))
-        if stmt.init != "identity":
-            value = Binary("add", value, stmt.init)
-        epilogue.append(nest([(d, 1) for d in out_dims],
-                             replace(stmt, name=fresh(f"{stmt.name}_out"), expr=value, reduce=None, init=None,
-                                     tensorize=""), names=[fresh(f"{d}_o") for d in out_dims]))
-        steps.append(f"accumulate in int32 tiles %{c_name}, then %{stmt.out.buffer} = "
-                     + ("requant(" if stmt.requant is not None else "(") + "tiles"
-                     + (" + init)" if stmt.init != "identity" else ")"))
-    steps.append(f"{instr.mnemonic} ({instr.name}): {rows} x {cols} tiles of 16 x 16 int32, 64 bytes a step")
+        epilogue.append(_epilogue(stmt, Load(Access(c_name, (Affine.of(m), Affine.of(n)))), out_dims, fresh))
+        steps.append(f"accumulate in int32 tiles %{c_name}, then %{stmt.out.buffer} = " + _epilogue_text(stmt, "tiles"))
+    return _finish(instr, stmt, block, LoopTree(tuple(buffers), tuple(dims.items()), tuple(body)), epilogue,
+                   outer, inner, (ta, tb, tc), (ma, mb, mc), fresh, steps)
+
+
+def _namer(tree: LoopTree, avoid):
+    """fresh(base): a name no buffer, dimension or name in `avoid` has, nor one it gave before."""
+    taken = set(avoid) | {x.name for x in tree.buffers} | {d for d, _ in tree.dims}
+
+    def fresh(base: str) -> str:
+        name, i = base, 0
+        while name in taken:
+            i += 1
+            name = f"{base}{i}"
+        taken.add(name)
+        return name
+    return fresh
+
+
+def _tile_loops(fresh, dims: dict, rows: int, cols: int, reduction: int):
+    """(tile rows, tile columns, 64-byte steps) dimensions over padded extents, and the
+    instruction's own loops (16 rows, 16 columns, 16 groups of 4 bytes), added to `dims`."""
+    mt, nt, kt = fresh("mt"), fresh("nt"), fresh("kt")
+    mi, ni, kg, kj = fresh("mi"), fresh("ni"), fresh("kg"), fresh("kj")
+    dims.update({mt: rows // 16, nt: cols // 16, kt: reduction // 64, mi: 16, ni: 16, kg: 16, kj: 4})
+    return (mt, nt, kt), [(mi, 1), (ni, 1), (kg, 1), (kj, 1)]
+
+
+def _epilogue(stmt: Compute, tiles: Load, out_dims: list[str], fresh):
+    """`out = requant(tiles + init)` (with the statement's post), element-wise over the output."""
+    value = tiles if stmt.init == "identity" else Binary("add", tiles, stmt.init)
+    return nest([(d, 1) for d in out_dims],
+                replace(stmt, name=fresh(f"{stmt.name}_out"), expr=value, reduce=None, init=None, tensorize=""),
+                names=[fresh(f"{d}_o") for d in out_dims])
+
+
+def _epilogue_text(stmt: Compute, what: str) -> str:
+    return (("requant(" if stmt.requant is not None else "(") + what
+            + (" + init)" if stmt.init != "identity" else ")"))
+
+
+def _finish(instr, stmt, block, staged: LoopTree, epilogue, outer, inner, tile_ops, matched_ops, fresh,
+            steps) -> Rewrite:
+    """The Rewrite: `staged` (buffers, dims, copy nests), the contraction on `outer` loops, then
+    the epilogue; its matched form (the instruction's loops innermost) checked by the inspector."""
+    names = [fresh(f"{e[0]}_l") for e in outer]
+    inner_names = [fresh(f"{d}_l") for d, _ in inner]
+    (ta, tb, tc), (ma, mb, mc) = tile_ops, matched_ops
+    tile_stmt = Compute(stmt.name, tc, Dot("dot", Load(ta), Load(tb), k=instr.k, instr=instr.name),
+                        reduce="add", init="identity")
+    matched_stmt = Compute(stmt.name, mc, Binary("mul", Load(ma), Load(mb)), reduce="add", init="identity")
+    steps = list(steps) + [f"{instr.mnemonic} ({instr.name}): {block[0]} x {block[1]} tiles of 16 x 16 int32, "
+                           "64 bytes a step"]
 
     def tree_with(contraction):
-        return LoopTree(tuple(buffers), tuple(dims.items()), tuple(body + [contraction] + epilogue))
+        return replace(staged, body=staged.body + (contraction,) + tuple(epilogue))
 
     matched = tree_with(nest(outer + inner, matched_stmt, names=names + inner_names))
     (stack, s), = [(st_, c) for st_, c in matched.computes() if c.reduce == "add"]
@@ -269,21 +296,11 @@ def _rewrite_conv(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
     # the last staged row a tile may read: q < Q plus the largest tap offset
     reach = (lo[hp][1] - lo[hp][0] - (OH - 1)) * Ws + (lo[wp][1] - lo[wp][0] - (OW - 1))
     L = Q + reach
-    abuf, bbuf, obuf = (tree.buffer(x) for x in (a.buffer, b.buffer, stmt.out.buffer))
-    taken = set(avoid) | {x.name for x in tree.buffers} | set(sizes)
-
-    def fresh(base: str) -> str:
-        name, i = base, 0
-        while name in taken:
-            i += 1
-            name = f"{base}{i}"
-        taken.add(name)
-        return name
-
+    abuf, bbuf = tree.buffer(a.buffer), tree.buffer(b.buffer)
+    fresh = _namer(tree, avoid)
     buffers, dims, body = list(tree.buffers), dict(tree.dims), []
-    mt, nt, kt = fresh("mt"), fresh("nt"), fresh("kt")
-    mi, ni, kg, kj = fresh("mi"), fresh("ni"), fresh("kg"), fresh("kj")
-    dims.update({mt: Q // 16, nt: Kp // 16, kt: Cp // 64, mi: 16, ni: 16, kg: 16, kj: 4})
+    (mt, nt, kt), inner = _tile_loops(fresh, dims, Q, Kp, Cp)
+    mi, ni, kg, kj = (d for d, _ in inner)
     batch_ix = [a.index[p] for p in batch]
 
     # -- the activations: rows of the zero-bordered (h, w) grid, flattened -------------------
@@ -342,30 +359,9 @@ def _rewrite_conv(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
     # the images of a batch inside the blocks' rows: those are the loop that may run in parallel
     outer = ([_rows_loop(mt, rows, parallel), (nt, cols)] + [(d, 1) for d in batch_dims] + [(t, 1) for t in taps]
              + [(kt, 1), (mt, 1), (nt, 1)])
-    names = [fresh(f"{e[0]}_l") for e in outer]
-    inner = [(mi, 1), (ni, 1), (kg, 1), (kj, 1)]
-    inner_names = [fresh(f"{d}_l") for d, _ in inner]
-    tile_stmt = Compute(stmt.name, tc, Dot("dot", Load(ta), Load(tb), k=instr.k, instr=instr.name),
-                        reduce="add", init="identity")
-    matched_stmt = Compute(stmt.name, mc, Binary("mul", Load(ma), Load(mb)), reduce="add", init="identity")
-
-    value = Load(Access(ct, tuple(batch_ix) + (Affine.of((oh, Ws), (ow, 1)), Affine.of(kd))))
-    if stmt.init != "identity":
-        value = Binary("add", value, stmt.init)
-    epilogue = [nest([(d, 1) for d in out_dims],
-                     replace(stmt, name=fresh(f"{stmt.name}_out"), expr=value, reduce=None, init=None, tensorize=""),
-                     names=[fresh(f"{d}_o") for d in out_dims])]
+    grid_value = Load(Access(ct, tuple(batch_ix) + (Affine.of((oh, Ws), (ow, 1)), Affine.of(kd))))
+    epilogue = [_epilogue(stmt, grid_value, out_dims, fresh)]
     steps.append(f"accumulate in an int32 grid %{ct} ({Q} rows), then %{stmt.out.buffer} = "
-                 + ("requant(" if stmt.requant is not None else "(") + "grid"
-                 + (" + init)" if stmt.init != "identity" else ")") + f", {OW} of every {Ws} columns")
-    steps.append(f"{instr.mnemonic} ({instr.name}): {rows} x {cols} tiles of 16 x 16 int32, 64 bytes a step")
-
-    def tree_with(contraction):
-        return LoopTree(tuple(buffers), tuple(dims.items()), tuple(body + [contraction] + epilogue))
-
-    matched = tree_with(nest(outer + inner, matched_stmt, names=names + inner_names))
-    (stack, s), = [(st_, x) for st_, x in matched.computes() if x.reduce == "add"]
-    match = inspect(matched, stack, s, instr)
-    if not match:
-        raise UnsupportedError(f"tensorize: the rewritten loops do not match {instr.name}: {match.reason}")
-    return Rewrite(tree_with(nest(outer, tile_stmt, names=names)), matched, match, tuple(steps))
+                 + _epilogue_text(stmt, "grid") + f", {OW} of every {Ws} columns")
+    return _finish(instr, stmt, block, LoopTree(tuple(buffers), tuple(dims.items()), tuple(body)), epilogue,
+                   outer, inner, (ta, tb, tc), (ma, mb, mc), fresh, steps)
