@@ -1,8 +1,10 @@
-"""The tile rewriter: a matrix multiply onto a tile instruction (AMX `tdpbusd` and its kin).
+"""The tile rewriter: a matrix multiply or a convolution onto a tile instruction (AMX `tdpbusd`
+and its kin).
 
 `tensorize_tiles(tree, instr)` takes a loop tree holding one contraction
 `out[m, n] += a[m, r] * b[r, n]` (8-bit operands, int32 accumulation, an init, optionally a
-requantized output) and returns an equivalent tree in which `instr` (a `tile_desc` registry
+requantized output) — or a unit-stride convolution with its channels innermost, as an implicit
+GEMM over the zero-bordered input grid (see `_rewrite_conv`) — and returns an equivalent tree in which `instr` (a `tile_desc` registry
 entry: 16 x 16 accumulators, 64 bytes of reduction in 4-byte groups) computes the core, by the
 same ordinary means as the vector rewriter (rewrite.py):
   - the weights `b` are packed by a copy nest into `[n/16][r/4][16][4]` — 16-column panels of
@@ -21,8 +23,9 @@ Each signedness pair has its own tile instruction, so int8 activations need no c
 
 The contraction's loops are `mt` (tile rows) by `block[0]`, `nt` (tile columns) by
 `block[1]` — the accumulator block, 4 of AMX's 8 tile registers, the other 4 its operands —
-then `kt` (64-byte reduction steps), then one tile row and column: the code generator
-(backend/x86/amx.py) emits everything from `kt` down as one tile block. `Rewrite.matched` is
+then the reduction (a convolution's taps, then `kt`, 64-byte steps), then one tile row and
+column: the code generator (backend/x86/amx.py) emits everything from the reduction down as one
+tile block. `Rewrite.matched` is
 the same contraction with the instruction's own loops (16 rows, 16 columns, 16 groups of 4)
 innermost, which the inspector matches and the interpreter runs.
 """
@@ -64,7 +67,7 @@ def _reindex(acc: Access, dims: list[str], by: dict[str, Affine], zero_pad: bool
 
 def tensorize_tiles(tree: LoopTree, instr: TensorInstr, *, block: tuple[int, int] = BLOCK,
                     avoid: frozenset[str] = frozenset(), transposed: bool = True, parallel: bool = False) -> Rewrite:
-    """`tree` (one matrix multiply) rewritten so `instr` computes it in tiles. The instruction's
+    """`tree` (one matrix multiply or convolution) rewritten so `instr` computes it in tiles. The instruction's
     row operand `a` is the one the output's rows index; with `transposed`, also the other
     (a product commutes: the tiles then hold the output's transpose, stored back through the
     epilogue) — the way a product of int8 x uint8 runs as uint8 x int8 where only that
