@@ -47,8 +47,13 @@ def _ceil(x: int, unit: int) -> int:
     return -(-x // unit) * unit
 
 
-def _rows_loop(dim: str, step: int, parallel: bool) -> tuple:
-    return (dim, step, frozenset({"parallel"})) if parallel else (dim, step)
+def _block_loops(mt: str, rows: int, nt: str, cols: int, parallel: bool, a_bytes: int, b_bytes: int) -> list:
+    """The loops over blocks of tile rows and columns: the operand with more bytes outermost, so
+    that its panel is read once and the smaller one, swept once per panel, stays in cache
+    (weights of a deep convolution layer outweigh its activations); the outermost may run in
+    parallel."""
+    first, second = ((nt, cols), (mt, rows)) if b_bytes > a_bytes else ((mt, rows), (nt, cols))
+    return [first + (frozenset({"parallel"}),) if parallel else first, second]
 
 
 def _dims_alone(acc: Access) -> list[str] | None:
@@ -176,7 +181,7 @@ def _rewrite(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
                           (Affine.of(nt), Affine.of((kt, 16), (kg, 1)), Affine.of(ni), Affine.of(kj)),
                           {m: Affine.of((mt, 16), (mi, 1)), n: Affine.of((nt, 16), (ni, 1))})
     rows, cols = block
-    outer = [_rows_loop(mt, rows, parallel), (nt, cols), (kt, 1), (mt, 1), (nt, 1)]
+    outer = _block_loops(mt, rows, nt, cols, parallel, Mp * Kp, Np * Kp) + [(kt, 1), (mt, 1), (nt, 1)]
     epilogue = []
     if not direct:
         epilogue.append(_epilogue(stmt, Load(Access(c_name, (Affine.of(m), Affine.of(n)))), out_dims, fresh))
@@ -359,9 +364,9 @@ def _rewrite_conv(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
                           Affine.of((nt, 16), (ni, 1)))
     rows, cols = block
     batch_dims = [ix.names()[0] for ix in batch_ix]
-    # the images of a batch inside the blocks' rows: those are the loop that may run in parallel
-    outer = ([_rows_loop(mt, rows, parallel), (nt, cols)] + [(d, 1) for d in batch_dims] + [(t, 1) for t in taps]
-             + [(kt, 1), (mt, 1), (nt, 1)])
+    # the images of a batch inside the blocks: the outermost loop is the one that may run in parallel
+    outer = (_block_loops(mt, rows, nt, cols, parallel, L * Cp, Kp * Cp * len(taps) * 4)
+             + [(d, 1) for d in batch_dims] + [(t, 1) for t in taps] + [(kt, 1), (mt, 1), (nt, 1)])
     grid_value = Load(Access(ct, tuple(batch_ix) + (Affine.of((oh, Ws), (ow, 1)), Affine.of(kd))))
     epilogue = [_epilogue(stmt, grid_value, out_dims, fresh)]
     steps.append(f"accumulate in an int32 grid %{ct} ({Q} rows), then %{stmt.out.buffer} = "
