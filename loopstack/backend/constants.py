@@ -54,6 +54,8 @@ def hoist_constant_packs(tree: LoopTree) -> tuple[LoopTree, int]:
         if result is not None:
             tree, nest = result
             hoisted.append(nest)
+            if stmt.is_copy:        # built once from a constant: a copy of it (a pack of the
+                constants.add(stmt.out.buffer)   # zero-padded weights) is built once too, after it
     if not hoisted:
         return tree, 0
     return replace(tree, body=tuple(hoisted) + tree.body), len(hoisted)

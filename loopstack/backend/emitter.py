@@ -331,6 +331,19 @@ class Emitter:
         """acc += e's k-term dot product in every int32 lane, by the registry entry `e.instr`."""
         raise UnsupportedError(f"{type(self).__name__} has no tensorized dot products ({e.instr})")
 
+    def tile_begin(self) -> None:
+        """The top of a function with tile statements (a Dot of a tile instruction): configure tiles."""
+        raise UnsupportedError(f"{type(self).__name__} has no tile instructions")
+
+    def tile_block(self, stmt: Compute, root, static: dict[str, int], ranges: dict[str, int]) -> None:
+        """A tile statement's block of accumulator tiles at `static`: the loops from `root` (its
+        reduction loops, then one tile row and column), the whole reduction inside."""
+        raise UnsupportedError(f"{type(self).__name__} has no tile instructions")
+
+    def tile_end(self) -> None:
+        """Before a function with tile statements returns: release the tile state."""
+        raise UnsupportedError(f"{type(self).__name__} has no tile instructions")
+
     def requant(self, reg: int, stmt: Compute, static: dict[str, int], shape: Shape) -> None:
         """The int32 value in `reg` requantized as `stmt.requant` says (looptree.ir.Requant),
         left in `reg` as int32 lanes within the output dtype's range, ready to be stored."""

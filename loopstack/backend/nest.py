@@ -54,6 +54,11 @@ def max_accumulators(target, stmt: Compute) -> int:
     return target.block_registers - (4 if heavy else 0) - scratch
 
 
+def is_tile_statement(stmt: Compute) -> bool:
+    """A Dot of a tile instruction (AMX): one statement per tile of accumulators."""
+    return isinstance(stmt.expr, Dot) and instruction(stmt.expr.instr).tile
+
+
 @dataclass
 class Block:
     stmt: Compute
@@ -149,12 +154,17 @@ class SegmentCompiler:
         em.pointers.update(pointers)
         em.use_counters(regs)
         em.prologue(self.slots)
+        tiles = any(is_tile_statement(s) for s in statements(self.node))
+        if tiles:
+            em.tile_begin()
         ctx = Ctx({}, {}, budget=self.limit)
         if isinstance(self.node, Loop) and "parallel" in self.node.annotations:
             self._parallel_loop(self.node, ctx)
         else:
             self.gen([self.node], ctx)
         self.flush()
+        if tiles:
+            em.tile_end()
         em.epilogue()
 
     def _streams(self) -> list[tuple]:
@@ -178,7 +188,14 @@ class SegmentCompiler:
         rng = ctx.ranges.get(lp.dim, self.tree.dim_size(lp.dim))
         if ctx.block is None:
             stmt = perfect_statement(lp)
-            if stmt is not None and self._block_fits(lp, stmt, ctx, rng):
+            if stmt is not None and is_tile_statement(stmt):
+                # a tile instruction's accumulators are tiles: the block is the loops from its
+                # reduction down, emitted by the instruction set; the loops above, as any loop
+                if not indexes_output(stmt, lp):
+                    self.flush()
+                    self.em.tile_block(stmt, lp, ctx.static, ctx.ranges)
+                    return
+            elif stmt is not None and self._block_fits(lp, stmt, ctx, rng):
                 self.register_block(lp, stmt, ctx)
                 return
         plan = self.plan(self.tree, lp)

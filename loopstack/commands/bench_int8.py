@@ -108,13 +108,16 @@ def _gops(fn, ops, runs):
 
 
 def int8_peak(instr) -> float:
-    """GOPS of a chain of `instr` on this core (see backend/x86/dot.py)."""
-    from ..backend.x86.dot import dot_probe_code, probe_chains
+    """GOPS of a chain of `instr` on this core (see backend/x86/dot.py; tiles: backend/x86/amx.py)."""
     from ..isa.execmem import ExecutableCode
 
-    probe = ExecutableCode(dot_probe_code(instr), "void(*)(int64_t)")
-    n = 20000
-    chains = probe_chains(instr)
+    if instr.tile:
+        from ..backend.x86.amx import tile_probe_code
+        code, chains, n = tile_probe_code(instr), 4, 2000
+    else:
+        from ..backend.x86.dot import dot_probe_code, probe_chains
+        code, chains, n = dot_probe_code(instr), probe_chains(instr), 20000
+    probe = ExecutableCode(code, "void(*)(int64_t)")
     return chains * instr.lanes * instr.k * 2 * n / best_seconds(lambda: probe(n), 5) / 1e9
 
 
@@ -279,8 +282,10 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", "-w", action="append", default=[])
     ap.add_argument("--widening", action="store_true",
                     help="compile without VNNI / AVX-VNNI, as for a CPU without them (the exact vpmaddwd path)")
-    ap.add_argument("--instr", metavar="NAME", default=None,
-                    help="tensorize with this registry entry (e.g. avx2.dot.u8s8.bcst_a, the byte-widening path)")
+    ap.add_argument("--instr", metavar="NAME", default="auto",
+                    help="auto: the compile's choice (AMX tiles where the CPU has them); vnni: vector dot "
+                         "products only (vpdpbusd), as on a CPU without AMX; or a registry entry to tensorize "
+                         "with (e.g. avx2.dot.u8s8.bcst_a, the byte-widening path)")
     args = ap.parse_args(argv)
     return run(args)
 
@@ -292,11 +297,15 @@ def run(args) -> int:
     from ..isa.target import get_target
 
     target = args.target
+    instr = getattr(args, "instr", None) or "auto"
     if getattr(args, "widening", False):     # no VNNI / AVX-VNNI: what a CPU without them runs
         target = dataclasses.replace(get_target(target), extensions=frozenset())
+    elif instr == "vnni":                     # no tiles: what a CPU without AMX runs
+        t = get_target(target)
+        target = dataclasses.replace(t, extensions=frozenset(e for e in t.extensions if not e.startswith("amx")))
     got = rows(args.runs, args.rounds, target, set(args.workload) or None,
                progress=lambda i, n, name: print(f"[{i + 1}/{n}] {name}", file=sys.stderr),
-               instr_name=getattr(args, "instr", None))
+               instr_name=None if instr in ("auto", "vnni") else instr)
     print(f"int8 kernels on {cpu_brand()}, one thread; %peak: share of the kernel's instruction chain "
           "probed beside each round; exact: equal to the peer (onnxruntime, or numpy's int32) bit for bit")
     print(format_table(got))

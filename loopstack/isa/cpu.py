@@ -183,6 +183,28 @@ def cpu_features() -> frozenset[str]:
     return frozenset(found)
 
 
+# Linux's arch_prctl (syscall 158 on x86-64): a process must ask for the AMX tile data state
+# (XFEATURE_XTILEDATA, 18) before its first tile instruction, which otherwise faults (SIGILL)
+_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18
+
+
+@functools.lru_cache(maxsize=None)
+def amx_permission() -> tuple[bool, str]:
+    """(granted, why not): asks Linux once per process for the AMX tile state. Code with tile
+    instructions is only chosen when granted; the reason says what stopped it otherwise."""
+    if not is_x86_64() or not {"amx_tile", "amx_int8"} <= cpu_features():
+        return False, "this CPU (or its OS) has no AMX tiles (amx_tile, amx_int8)"
+    if platform.system() != "Linux":
+        return False, f"AMX tile state is requested with Linux's arch_prctl; this is {platform.system()}"
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA) != 0:
+        err = ctypes.get_errno()
+        return False, f"Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM: {os.strerror(err)})"
+    return True, ""
+
+
 def proc_cpuinfo_features(path: str = "/proc/cpuinfo") -> frozenset[str] | None:
     """The `flags` (x86) or `Features` (ARM) of the first processor in /proc/cpuinfo; None if absent."""
     try:

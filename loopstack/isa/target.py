@@ -125,7 +125,7 @@ TARGETS: dict[str, Target] = {
                    required=frozenset({"avx", "avx2", "fma", "f16c"}), extensions=frozenset({"avx_vnni"})),
     "avx512": Target(name="avx512", arch="x86_64", vector_bits=512, vector_registers=32, has_masks=True,
                      required=frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
-                     extensions=frozenset({"avx512_vnni", "avx_vnni"}), l2=2 * 1024 * 1024),
+                     extensions=frozenset({"avx512_vnni", "avx_vnni", "amx_tile", "amx_int8"}), l2=2 * 1024 * 1024),
     # AArch64 AdvSIMD, Apple M1 (Firestorm) preset: 4 FMA pipes of 4 cycles, 128 KiB L1d, 12 MiB L2
     "neon": Target(name="neon", arch="aarch64", vector_bits=128, vector_registers=32, has_masks=False,
                    required=frozenset({"asimd"}), extensions=frozenset({"asimddp"}), fma_units=4, fma_latency=4,

@@ -1,11 +1,12 @@
 """Quantized kernels, natively: random int8 matmuls and convolutions against numpy's int32.
 
 Each program compiles for every target this CPU runs, once with the instruction the compile
-picks (VNNI / AVX-VNNI where the CPU has them), once as on a CPU without them (the exact path:
-`vpmaddwd` on 16-bit pairs, packed and staged widened) and once on the byte-widening path (bytes
-widened in registers at every use, asked for by name); results must equal numpy's int32
-arithmetic bit for bit, and a requantized output the reference interpreter's (itself bit-exact
-against onnxruntime, tests/unit/test_requant.py).
+picks (AMX tiles, VNNI / AVX-VNNI where the CPU has them), once without tiles (`vnni`), once as
+on a CPU without dot-product extensions (the exact path: `vpmaddwd` on 16-bit pairs, packed and
+staged widened) and once on the byte-widening path (bytes widened in registers at every use,
+asked for by name); results must equal numpy's int32 arithmetic bit for bit, and a requantized
+output the reference interpreter's (itself bit-exact against onnxruntime,
+tests/unit/test_requant.py).
 """
 import dataclasses
 
@@ -26,10 +27,14 @@ TARGETS = [t for t, need in (("avx2", "avx2"), ("avx512", "avx512f")) if need in
 PAIRS = [("uint8", "int8"), ("int8", "int8")]
 
 
-@pytest.fixture(params=["chosen", "widening", "bytes"])
+AMX = cpu.amx_permission()[0]
+
+
+@pytest.fixture(params=["chosen", "vnni", "widening", "bytes"])
 def family(request):
-    """`widening`: the compile may not use VNNI or AVX-VNNI, as on a CPU without them; `bytes`:
-    the contraction is rewritten for the byte-widening entry of that target's width."""
+    """`vnni`: the compile may not use AMX tiles, as on a CPU without them; `widening`: nor VNNI
+    or AVX-VNNI, as on a CPU without them; `bytes`: the contraction is rewritten for the
+    byte-widening entry of that target's width."""
     return request.param
 
 
@@ -48,7 +53,9 @@ def byte_widening(tree, t):
 def run(tree, target, arrays, family="chosen"):
     outs = [np.zeros(b.shape, b.dtype) for b in tree.outputs]
     t = get_target(target)
-    if family != "chosen":
+    if family == "vnni":
+        t = dataclasses.replace(t, extensions=frozenset(e for e in t.extensions if not e.startswith("amx")))
+    elif family != "chosen":
         t = dataclasses.replace(t, extensions=frozenset())
     if family == "bytes":
         tree = byte_widening(tree, t)
@@ -69,10 +76,11 @@ def test_int8_matmuls_are_exact(target, family, M, n_vec, n_extra, K, pair, bias
     np.testing.assert_array_equal(got, want)
     if not n_extra:
         assert kernel.tensorized is not None
-        assert ("dot" in kernel.tensorized) == (family != "chosen" or not
+        assert ("dot" in kernel.tensorized) == (family in ("widening", "bytes") or not
                                                  (FEATURES & {"avx512_vnni", "avx_vnni"}))
-        if family != "chosen":
+        if family in ("widening", "bytes"):
             assert (".dot.s16" in kernel.tensorized) == (family == "widening"), kernel.tensorized
+        assert kernel.tensorized.startswith("amx.") == (family == "chosen" and target == "avx512" and AMX)
 
 
 @pytest.mark.parametrize("target", TARGETS)

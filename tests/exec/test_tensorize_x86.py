@@ -1,7 +1,8 @@
 """Each x86 tensorized-instruction description, held against the real instruction on this CPU.
 
 For every x86 entry of the registry, a tiny JIT'd function loads an accumulator and two byte
-vectors, runs the entry's implementation (backend/x86/dot.py) and stores the accumulator; the
+vectors (tiles, for AMX: 16 rows of 64 bytes each), runs the entry's implementation
+(backend/x86/dot.py; the tile product itself for AMX) and stores the accumulator; the
 reference interpreter runs the entry's *description* on the same inputs. They must agree
 exactly — on random bytes and on the extremes (all 255 x all -128, the case where a saturating
 `vpmaddubsw` would be wrong). Entries whose CPU features this machine lacks skip, saying which.
@@ -16,14 +17,32 @@ from loopstack.backend.x86.dot import emit_dot
 from loopstack.isa import cpu
 from loopstack.isa.execmem import ExecutableCode, array_pointer
 from loopstack.isa.x86.assembler import Assembler
-from loopstack.isa.x86.operands import Mem, XMM, YMM, ZMM, rdi, rdx, rsi
+from loopstack.backend.x86.amx import tile_begin, tile_end
+from loopstack.isa.x86.operands import TMM, Mem, XMM, YMM, ZMM, rax, rdi, rdx, rsi
 
 X86 = [t for t in REGISTRY if t.isa == "x86_64"]
 REGS = {128: XMM, 256: YMM, 512: ZMM}
 
 
+def _jit_tile(instr):
+    """void f(int32 *acc, int8 *a, int8 *b): acc += instr(a, b) on 16 x 64-byte tiles."""
+    asm = Assembler()
+    tile_begin(asm)
+    asm.emit("mov", rax, 64)                         # every row stride: 64 bytes
+    acc, a, b = TMM[0], TMM[4], TMM[6]
+    for t, ptr in ((acc, rdi), (a, rsi), (b, rdx)):
+        asm.emit("tileloadd", t, Mem(ptr, rax, 1))
+    asm.emit(instr.mnemonic, acc, a, b)
+    asm.emit("tilestored", Mem(rdi, rax, 1), acc)
+    tile_end(asm)
+    asm.emit("ret")
+    return ExecutableCode(asm.bytes(), "void(*)(char *, char *, char *)")
+
+
 def _jit(instr):
     """void f(int32 *acc, int8 *a, int8 *b): acc += instr(a, b)."""
+    if instr.tile:
+        return _jit_tile(instr)
     regs = REGS[instr.vector_bits]
     load = "vmovdqu32" if instr.vector_bits == 512 else "vmovdqu"
     asm = Assembler()
@@ -53,6 +72,8 @@ def _skip_unless_runs(instr):
     missing = _features(instr) - cpu.cpu_features()
     if missing:
         pytest.skip(f"{instr.name}: this CPU lacks {', '.join(sorted(missing))}")
+    if instr.tile and not cpu.amx_permission()[0]:
+        pytest.skip(f"{instr.name}: {cpu.amx_permission()[1]}")
 
 
 def _operands(instr, rng, fill=None):
@@ -76,7 +97,7 @@ def _check(instr, a, b, acc):
     fn = _jit(instr)
     fn(array_pointer(got, writable=True), array_pointer(np.ascontiguousarray(a), writable=False),
        array_pointer(np.ascontiguousarray(b), writable=False))
-    assert got.shape == (lanes,)
+    assert got.size == lanes
     np.testing.assert_array_equal(got, want, err_msg=instr.name)
 
 

@@ -15,8 +15,8 @@ from loopstack.errors import EncodingError
 from loopstack.isa.x86.assembler import Assembler, format_operand
 from loopstack.isa.x86.encode import encode
 from loopstack.isa.x86.forms import FORMS, LOOKUP
-from loopstack.isa.x86.operands import (GPR8, GPR32, GPR64, K, NOT_TEMPLATED, RIP, XMM, YMM, ZMM, Gpr,
-                                        Label, MaskReg, Mem, Vec, cl, eax, k1, k2, r8, r12, r13, rax, rbp,
+from loopstack.isa.x86.operands import (GPR8, GPR32, GPR64, K, NOT_TEMPLATED, RIP, TMM, XMM, YMM, ZMM, Gpr,
+                                        Label, MaskReg, Mem, Tmm, Vec, cl, eax, k1, k2, r8, r12, r13, rax, rbp,
                                         rbx, rcx, rdi, rdx, rsi, rsp, xmm0, ymm0, ymm1, ymm2, ymm3, ymm8,
                                         zmm0, zmm1, zmm2, zmm3, zmm29, zmm30, zmm31)
 
@@ -27,8 +27,8 @@ _MNEM = {getattr(iced.Mnemonic, n): n.lower() for n in dir(iced.Mnemonic) if n.i
 _CODE = {getattr(iced.Code, n): n for n in dir(iced.Code) if n.isupper()}
 _CS = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
 # capstone 5 decodes none of these (platform.md): checked by iced only
-_NO_CAPSTONE = ("AVX_VNNI", "AVX512_BF16", "AVX512_FP16")
-_REG_NAMES = {r.name for r in GPR64 + GPR32 + GPR8 + XMM + YMM + ZMM + K} | {"rip"} | {
+_NO_CAPSTONE = ("AVX_VNNI", "AVX512_BF16", "AVX512_FP16", "AMX_TILE", "AMX_INT8", "AMX_BF16")
+_REG_NAMES = {r.name for r in GPR64 + GPR32 + GPR8 + XMM + YMM + ZMM + K + TMM} | {"rip"} | {
     Gpr(i, 16).name for i in range(16)}
 
 
@@ -62,7 +62,7 @@ def check_iced(mnemonic: str, ops: tuple, data: bytes, prefix: str | None = None
     want_mask, want_zero = None, False
     for i, op in enumerate(ops):
         kind = ins.op_kind(i)
-        if isinstance(op, (Vec, Gpr, MaskReg)):
+        if isinstance(op, (Vec, Gpr, MaskReg, Tmm)):
             assert kind == iced.OpKind.REGISTER, (i, text)
             assert ins.op_register(i) == _iced_reg(op.name), (i, op.name, text)
             if isinstance(op, Vec) and op.mask is not None:
@@ -99,7 +99,7 @@ def check_iced(mnemonic: str, ops: tuple, data: bytes, prefix: str | None = None
 def _regs_in_order(ops) -> list[str]:
     out = []
     for op in ops:
-        if isinstance(op, (Vec, Gpr, MaskReg)):
+        if isinstance(op, (Vec, Gpr, MaskReg, Tmm)):
             out.append(op.name)
             if isinstance(op, Vec) and op.mask is not None:
                 out.append(op.mask.name)
@@ -174,6 +174,8 @@ def slot_choices(form, i: int, kinds) -> list:
             out += _GPR_CHOICES[k]
     if "k" in kinds:
         out += [k1, K[7], K[0], K[5]]
+    if "t" in kinds:
+        out += [TMM[0], TMM[7], TMM[3], TMM[5]]
     for v in "xyz":
         if v in kinds:
             out += [_VEC_FILE[v][n] for n in _LOW_VEC]
@@ -183,6 +185,8 @@ def slot_choices(form, i: int, kinds) -> list:
             out += [_VEC_FILE[v][5].masked(k2), _VEC_FILE[v][20].masked(K[7], zero=form.zero_ok)]
     if any(k.startswith("m") for k in kinds):
         ms = _mem_variants(form.mem_n if form.prefix == "evex" else 1)
+        if form.sibmem:                     # a tile's row stride is the index register
+            ms = [m for m in ms if m.index is not None] + [Mem(rsp, rcx, 1, 64), Mem(r13, r8, 1)]
         out += ms
         if any(k.endswith("k") and k.startswith("m") for k in kinds):
             out += [m.masked(K[3]) for m in ms[:4]]
@@ -201,6 +205,8 @@ def slot_choices(form, i: int, kinds) -> list:
 
 
 def combos(form) -> list[tuple]:
+    if form.openc == "RMV":                 # AMX tile products: three different tiles
+        return [tuple(TMM[n] for n in t) for t in ((0, 1, 2), (7, 6, 5), (3, 0, 7), (5, 4, 1))]
     lists = [slot_choices(form, i, k) for i, k in enumerate(form.slots)]
     if not lists:
         return [()]
@@ -231,9 +237,10 @@ _DISPS = st.one_of(st.integers(-2**31, 2**31 - 1), st.integers(-300, 300),
 
 
 @st.composite
-def _mem(draw, n):
+def _mem(draw, n, indexed=False):
     base = draw(st.sampled_from(GPR64))
-    index = draw(st.one_of(st.none(), st.sampled_from([r for r in GPR64 if r.num != 4])))
+    indexes = st.sampled_from([r for r in GPR64 if r.num != 4])
+    index = draw(indexes if indexed else st.one_of(st.none(), indexes))
     scale = draw(st.sampled_from([1, 2, 4, 8]))
     disp = draw(st.one_of(_DISPS, st.integers(-130, 130).map(lambda k: k * n)))
     return Mem(base, index, scale if index is not None else 1, disp)
@@ -241,6 +248,8 @@ def _mem(draw, n):
 
 @st.composite
 def _operands(draw, form):
+    if form.openc == "RMV":                 # AMX tile products: three different tiles
+        return tuple(draw(st.permutations(TMM))[:3])
     ops = []
     for i, kinds in enumerate(form.slots):
         choices = []
@@ -252,6 +261,8 @@ def _operands(draw, form):
                 choices.append(st.sampled_from({"r64": GPR64, "r32": GPR32, "r8": GPR8}[k]))
         if "k" in kinds:
             choices.append(st.sampled_from(K))
+        if "t" in kinds:
+            choices.append(st.sampled_from(TMM))
         for v in "xyz":
             lim = 32 if v + "h" in kinds else 16
             if v in kinds:
@@ -260,7 +271,7 @@ def _operands(draw, form):
                 choices.append(st.tuples(st.integers(0, 31), st.integers(1, 7), st.booleans()).map(
                     lambda t, v=v: _VEC_FILE[v][t[0]].masked(K[t[1]], zero=t[2] and form.zero_ok)))
         if any(k.startswith("m") for k in kinds):
-            choices.append(_mem(form.mem_n if form.prefix == "evex" else 1))
+            choices.append(_mem(form.mem_n if form.prefix == "evex" else 1, form.sibmem))
         for bits in (16, 32, 64):
             if f"b{bits}" in kinds:
                 choices.append(_mem(bits // 8).map(lambda m, bits=bits: m.bcst(bits)))
@@ -691,3 +702,58 @@ def test_code_size():
     plain = Assembler()
     plain.ret()
     assert plain.code_size == len(plain.bytes()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# AMX: every tile form byte for byte against llvm-mc (LLVM 11+ assembles them); iced above
+# ---------------------------------------------------------------------------------------------
+
+_AMX_CASES = [
+    ("ldtilecfg", (Mem(rdi),), "ldtilecfg (%rdi)"),
+    ("ldtilecfg", (Mem(r12, disp=64),), "ldtilecfg 64(%r12)"),
+    ("sttilecfg", (Mem(rsp, disp=-8),), "sttilecfg -8(%rsp)"),
+    ("tilerelease", (), "tilerelease"),
+    ("tilezero", (TMM[0],), "tilezero %tmm0"),
+    ("tilezero", (TMM[7],), "tilezero %tmm7"),
+    ("tileloadd", (TMM[1], Mem(rdi, rax, 1, 64)), "tileloadd 64(%rdi,%rax), %tmm1"),
+    ("tileloadd", (TMM[6], Mem(r13, GPR64[9], 1)), "tileloadd (%r13,%r9), %tmm6"),
+    ("tileloaddt1", (TMM[2], Mem(rsp, GPR64[15], 1, 0x1000)), "tileloaddt1 4096(%rsp,%r15), %tmm2"),
+    ("tilestored", (Mem(GPR64[9], GPR64[10], 1), TMM[7]), "tilestored %tmm7, (%r9,%r10)"),
+    ("tilestored", (Mem(rcx, rdx, 1, -128), TMM[4]), "tilestored %tmm4, -128(%rcx,%rdx)"),
+    ("tdpbusd", (TMM[0], TMM[4], TMM[6]), "tdpbusd %tmm6, %tmm4, %tmm0"),
+    ("tdpbssd", (TMM[3], TMM[5], TMM[7]), "tdpbssd %tmm7, %tmm5, %tmm3"),
+    ("tdpbsud", (TMM[1], TMM[2], TMM[0]), "tdpbsud %tmm0, %tmm2, %tmm1"),
+    ("tdpbuud", (TMM[7], TMM[0], TMM[1]), "tdpbuud %tmm1, %tmm0, %tmm7"),
+    ("tdpbf16ps", (TMM[2], TMM[3], TMM[4]), "tdpbf16ps %tmm4, %tmm3, %tmm2"),
+]
+
+
+def test_amx_forms_against_llvm_mc():
+    import shutil
+    import subprocess
+    llvm_mc = shutil.which("llvm-mc")
+    if llvm_mc is None:
+        pytest.skip("llvm-mc is not on the PATH (apt-get install llvm)")
+    text = "\n".join(t for _, _, t in _AMX_CASES) + "\n"
+    out = subprocess.run([llvm_mc, "-triple=x86_64", "-show-encoding"], input=text, capture_output=True,
+                         text=True, check=True).stdout
+    want = [bytes(int(b, 16) for b in re.findall(r"0x([0-9a-f]{2})", line.split("encoding:")[1]))
+            for line in out.splitlines() if "encoding:" in line]
+    assert len(want) == len(_AMX_CASES)
+    for (mnemonic, ops, text), expected in zip(_AMX_CASES, want):
+        asm = Assembler()
+        asm.emit(mnemonic, *ops)
+        assert asm.bytes() == expected, (text, asm.bytes().hex(), expected.hex())
+        check_iced(mnemonic, ops, expected, "vex")
+
+
+def test_tile_product_needs_three_tiles():
+    with pytest.raises(EncodingError, match="three tiles must differ"):
+        Assembler().emit("tdpbusd", TMM[0], TMM[1], TMM[0])
+
+
+def test_tile_memory_needs_a_stride_register():
+    for mnemonic, ops in (("tileloadd", (TMM[0], Mem(rdi, disp=64))), ("tilestored", (Mem(rsp), TMM[1])),
+                          ("tileloaddt1", (TMM[2], Mem(RIP, disp=8)))):
+        with pytest.raises(EncodingError, match="row stride"):
+            Assembler().emit(mnemonic, *ops)

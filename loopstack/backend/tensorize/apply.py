@@ -10,11 +10,16 @@ machine names that machine's target and gets its baseline).
 """
 from __future__ import annotations
 
+import logging
+
 from ...errors import ScheduleError, UnsupportedError
-from ...looptree.ir import Binary, Compute, Load, LoopTree
+from ...looptree.ir import Binary, Compute, Load, Loop, LoopTree
 from .registry import TensorInstr, instructions_for
 from .rewrite import accumulation_dtype, tensorize
 from .scheduled import alone, isolate, loop_vars, splice, tensorize_requested
+from .tiles import tensorize_tiles
+
+_log = logging.getLogger("loopstack")
 
 
 def target_features(target) -> frozenset[str]:
@@ -28,6 +33,9 @@ def target_features(target) -> frozenset[str]:
         feats |= CPU_PRESETS[target.cpu][1]
     elif target.arch == host_arch():
         feats |= target.extensions & cpu.cpu_features()
+        if "amx_tile" in feats and not cpu.amx_permission()[0]:      # tiles fault without the OS's grant
+            _log.info("no AMX tiles: %s", cpu.amx_permission()[1])
+            feats = {f for f in feats if not f.startswith("amx")}
     return frozenset(f.lower() for f in feats)
 
 
@@ -47,6 +55,11 @@ def register_block(target, instr: TensorInstr) -> tuple[int, int, int]:
     panels = 4 if target.vector_bits >= 512 else 2
     room = target.block_registers - instr.scratch
     return max(1, min(6, room // panels)), panels, room
+
+
+def tile_instructions(target) -> list[TensorInstr]:
+    """The tile instructions (AMX) code for `target` may use on this host."""
+    return [t for t in instructions_for(target.arch, target_features(target)) if t.tile]
 
 
 def tensorize_for_target(tree: LoopTree, target) -> tuple[LoopTree, TensorInstr | None]:
@@ -73,6 +86,15 @@ def tensorize_for_target(tree: LoopTree, target) -> tuple[LoopTree, TensorInstr 
 
 
 def _default(tree: LoopTree, target, features, avoid) -> tuple[LoopTree, TensorInstr | None]:
+    tiles = [t for t in instructions_for(target.arch, features) if t.tile]
+    # a tile unit first, where there is one; the schedule's parallel loop stays parallel
+    parallel = any(isinstance(n, Loop) and "parallel" in n.annotations for n in tree.body)
+    for transposed in (False, True):
+        for instr in tiles:
+            try:
+                return tensorize_tiles(tree, instr, avoid=avoid, transposed=transposed, parallel=parallel).tree, instr
+            except (UnsupportedError, ScheduleError):
+                continue
     for instr in instructions_for(target.arch, features):
         if instr.broadcast is None or instr.vector_bits != target.vector_bits:
             continue

@@ -43,3 +43,20 @@ def mma_desc(m: int, n: int, k: int, a_dtype: str, b_dtype: str, acc_dtype: str)
     stmt = Compute("mma", access("acc", "m", "n"),
                    Binary("mul", Load(access("a", "m", "k")), Load(access("b", "k", "n"))), reduce="add")
     return make_tree(buffers, {"m": m, "n": n, "k": k}, nest([("m", 1), ("n", 1), ("k", 1)], stmt))
+
+
+def tile_desc(rows: int, cols: int, groups: int, group: int, a_dtype: str, b_dtype: str,
+              acc_dtype: str = "int32") -> LoopTree:
+    """`acc[m, n] += a[m, k, j] * b[k, n, j]` — a tile matrix instruction (AMX `tdpbusd`): `rows` x
+    `cols` accumulators, each the sum over `groups` groups of `group` adjacent bytes (the
+    reduction is k*group + j). A row of `a` is the row's whole reduction (64 bytes); a row of
+    `b` is one group of every column (`[k][n][j]`: the weights packed 4 bytes per column)."""
+    buffers = (
+        Buffer("a", a_dtype, (rows, groups, group), "input"),
+        Buffer("b", b_dtype, (groups, cols, group), "input"),
+        Buffer("acc", acc_dtype, (rows, cols), "output"),
+    )
+    stmt = Compute("tile", access("acc", "m", "n"),
+                   Binary("mul", Load(access("a", "m", "k", "j")), Load(access("b", "k", "n", "j"))), reduce="add")
+    return make_tree(buffers, {"m": rows, "n": cols, "k": groups, "j": group},
+                     nest([("m", 1), ("n", 1), ("k", 1), ("j", 1)], stmt))

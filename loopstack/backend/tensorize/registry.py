@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from ...dtypes import DTYPES
 from ...errors import ScheduleError, UnsupportedError
 from ...looptree.ir import LoopTree
-from .describe import dot_desc, mma_desc
+from .describe import dot_desc, mma_desc, tile_desc
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,9 @@ class TensorInstr:
     operands: tuple[tuple[str, str], ...]   # (description buffer, instruction operand role)
     notes: str = ""
     scratch: int = 0                # vector registers its implementation needs besides its operands
+    # (description buffer, dim) whose step is a row stride the instruction takes in a register
+    # (a tile load's index): any stride matches there
+    strided: frozenset[tuple[str, str]] = frozenset()
     lanes: int = field(init=False)
     k: int = field(init=False)
 
@@ -49,6 +52,8 @@ class TensorInstr:
         dims = dict(self.desc.dims)
         object.__setattr__(self, "lanes", dims.get("i", dims.get("m", 0) * dims.get("n", 0)))
         object.__setattr__(self, "k", dims.get("j", dims.get("k", 0)))
+        if self.strided:        # a tile: m x n accumulators, each a sum of k groups of j bytes
+            object.__setattr__(self, "k", dims["k"] * dims["j"])
         names = {b.name for b in self.desc.buffers}
         for buf, _role in self.operands:
             if buf not in names:
@@ -66,6 +71,11 @@ class TensorInstr:
     def broadcast(self) -> str | None:
         """The operand ("a" or "b") that is the same k values in every lane, if any."""
         return next((n for n in ("a", "b") if len(self.desc.buffer(n).shape) == 1), None)
+
+    @property
+    def tile(self) -> bool:
+        """A matrix instruction on tile registers (AMX): emitted by the tile code generator."""
+        return bool(self.strided)
 
     def runs_on(self, features) -> bool:
         return self.features <= frozenset(features)
@@ -100,6 +110,16 @@ def _a64_dot(signed: bool):
 
 _MMA_OPERANDS = (("acc", "c"), ("a", "a"), ("b", "b"))
 
+
+def _amx(mnemonic: str, a_dtype: str, b_dtype: str) -> TensorInstr:
+    """An AMX int8 tile product: 16 x 16 int32 accumulators += 16 x 64 bytes . 64 x 16 bytes, in
+    4-byte groups (b packed [k/4][n][4]); rows of a, b and the accumulators are a register stride
+    apart. Each signedness pair has its own instruction, so int8 activations need no compensation."""
+    return TensorInstr(f"amx.{mnemonic}", "x86_64", frozenset({"amx_tile", "amx_int8"}),
+                       tile_desc(16, 16, 16, 4, a_dtype, b_dtype), mnemonic, 0,
+                       (("acc", "tmm1"), ("a", "tmm2"), ("b", "tmm3")),
+                       f"{a_dtype} x {b_dtype} tiles", strided=frozenset({("a", "m"), ("b", "k"), ("acc", "m")}))
+
 REGISTRY: tuple[TensorInstr, ...] = tuple(
     _x86_dot("vpdpbusd.zmm", "vpdpbusd", 512, {"avx512_vnni"})
     + _x86_dot("vpdpbusd.ymm", "vpdpbusd", 256, {"avx512_vnni", "avx512vl"})
@@ -120,6 +140,8 @@ REGISTRY: tuple[TensorInstr, ...] = tuple(
     + _x86_dot("avx512bw.dot.s8s8", "vpmaddwd", 512, {"avx512bw"}, a_dtype="int8",
                notes="both operands sign-extended, exact;")
     + _a64_dot(True) + _a64_dot(False)
+    + [_amx("tdpbusd", "uint8", "int8"), _amx("tdpbssd", "int8", "int8"),
+       _amx("tdpbsud", "int8", "uint8"), _amx("tdpbuud", "uint8", "uint8")]
     + [
         TensorInstr("mma.m16n8k16.f16", "ptx", frozenset({"sm_80"}), mma_desc(16, 8, 16, "float16", "float16",
                     "float32"), "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 0, _MMA_OPERANDS),

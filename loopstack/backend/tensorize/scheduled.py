@@ -92,6 +92,10 @@ def tensorize_requested(tree: LoopTree, stack, stmt: Compute, target, features):
         if not instr.runs_on(features) or instr.isa != target.arch:
             why.append(f"{instr.name}: {target.name} code cannot use it (needs {', '.join(sorted(instr.features))})")
             continue
+        if instr.tile:
+            why.append(f"{instr.name}: tile blocks keep no schedule's loops yet; without the action the compile "
+                       "runs an integer contraction on tiles where the CPU has them")
+            continue
         if instr.vector_bits != target.vector_bits:
             why.append(f"{instr.name}: {instr.vector_bits}-bit; {target.name} code is {target.vector_bits}-bit vectors")
             continue

@@ -17,7 +17,7 @@ from ..analysis import NARROW_INTEGERS
 from ..emitter import Emitter
 from ..values import Shape, Val
 from .values import vreg
-from . import integer, vmath
+from . import amx, integer, vmath
 
 ARITH = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "max": "vmax", "min": "vmin"}
 CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
@@ -323,6 +323,15 @@ class X86Emitter(Emitter):
 
     def requant(self, reg: int, stmt, static, shape: Shape) -> None:
         integer.requant(self, reg, stmt, static, shape)
+
+    def tile_begin(self) -> None:
+        amx.tile_begin(self.asm)
+
+    def tile_block(self, stmt, root, static, ranges) -> None:
+        amx.tile_block(self, stmt, root, static, ranges)
+
+    def tile_end(self) -> None:
+        amx.tile_end(self.asm)
 
     # -- the function ---------------------------------------------------------------
     def prologue(self, slots: dict[str, int]) -> None:

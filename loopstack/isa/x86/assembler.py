@@ -29,8 +29,8 @@ import struct
 from ...errors import EncodingError
 from .encode import compile_form, finish_mem
 from .forms import ALIASES, MNEMONICS, forms_of, signatures_of
-from .operands import (GPR8, GPR32, GPR64, K, NOT_TEMPLATED, RIP, XMM, YMM, ZMM, Gpr, Label,
-                       MaskReg, Mem, Vec)
+from .operands import (GPR8, GPR32, GPR64, K, NOT_TEMPLATED, RIP, TMM, XMM, YMM, ZMM, Gpr, Label,
+                       MaskReg, Mem, Tmm, Vec)
 
 
 def _table_entry(key: tuple, f) -> tuple:
@@ -113,14 +113,14 @@ _MEM_MASKED = {b: k + "k" for b, k in _MEM_KIND.items()}
 _BCST_KIND = {16: "b16", 32: "b32", 64: "b64"}
 _KIND_TEXT = {"x": "xmm", "y": "ymm", "z": "zmm", "xh": "xmm16-31", "yh": "ymm16-31", "zh": "zmm16-31",
               "xk": "xmm{k}", "yk": "ymm{k}", "zk": "zmm{k}", "m": "mem", "k": "k", "rel": "label",
-              "i8": "imm8", "u8": "uimm8", "i32": "imm32", "u32": "uimm32", "i64": "imm64"}
+              "i8": "imm8", "u8": "uimm8", "i32": "imm32", "u32": "uimm32", "i64": "imm64", "t": "tmm"}
 # Operand kinds of the interned register objects (rax, ymm3, k1, ...), keyed by id(): these
 # objects live as long as the operands module, so their ids are never reused. `_encode` looks
 # kinds up here first and computes them only for memory, immediates and other registers.
 _KIND_BY_ID = {id(r): _k for r, _k in
                [(r, {64: "r64", 32: "r32", 16: "r16", 8: "r8"}[r.bits]) for r in GPR64 + GPR32 + GPR8] +
                [(v, ("x" if v.bits == 128 else "y" if v.bits == 256 else "z") + ("h" if v.num >= 16 else ""))
-                for v in XMM + YMM + ZMM] + [(k, "k") for k in K]}
+                for v in XMM + YMM + ZMM] + [(k, "k") for k in K] + [(t, "t") for t in TMM]}
 _kind_by_id = _KIND_BY_ID.get
 _MAX_RELAX_PASSES = 64
 _PAD = 0xCC    # int3 between the code and the constant pool
@@ -155,6 +155,8 @@ def _kind(op) -> str:
         return "k"
     if t is Label:
         return "rel"
+    if t is Tmm:
+        return "t"
     return type(op).__name__
 
 

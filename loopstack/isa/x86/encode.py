@@ -22,7 +22,7 @@ import functools
 
 from ...errors import EncodingError
 from .forms import Form
-from .operands import GPR64, RIP, Gpr, Mem, Vec
+from .operands import GPR64, RIP, TMM, Gpr, Mem, Vec
 
 _SCALE_BITS = {1: 0, 2: 1, 4: 2, 8: 3}
 
@@ -347,9 +347,19 @@ def enc_oi(f, buf, ops, core):      # opcode + rd, imm32/imm64
 
 def enc_zo(f, buf, ops, core):      # no operands
     if f.prefix == "vex":
-        return encode_vex(f, buf, 0, 0, None, None, None)
+        encode_vex(f, buf, 0, 0, None, None, None)
+        buf += f.opcode[1:]           # a fixed ModRM byte (tilerelease: 49 C0)
+        return None
     buf += f.opcode
     return None
+
+
+def enc_r(f, buf, ops, core):       # reg only, ModRM.rm = 000 (tilezero tmm: 11:rrr:000)
+    return core(f, buf, ops[0].num, 0, TMM[0], None, ops[0])
+
+
+def enc_rmv(f, buf, ops, core):     # reg <- r/m, vvvv (AMX tdp*: tmm1, tmm2, tmm3)
+    return core(f, buf, ops[0].num, ops[2].num, ops[1], None, ops[0])
 
 
 def enc_d(f, buf, ops, core):       # branch with a known displacement (the assembler's relaxation uses this)
@@ -362,7 +372,7 @@ def enc_d(f, buf, ops, core):       # branch with a known displacement (the asse
 ENCODERS = {
     "RM": enc_rm, "MR": enc_mr, "RMI": enc_rmi, "MRI": enc_mri, "MI": enc_mi, "M": enc_m, "MC": enc_mc,
     "RVM": enc_rvm, "MVR": enc_mvr, "RVMI": enc_rvmi, "RVMR": enc_rvmr, "VMI": enc_vmi,
-    "O": enc_o, "OI": enc_oi, "ZO": enc_zo, "D": enc_d,
+    "O": enc_o, "OI": enc_oi, "ZO": enc_zo, "D": enc_d, "R": enc_r, "RMV": enc_rmv,
 }
 
 
@@ -388,7 +398,7 @@ ENCODERS = {
 _ROLES = {
     "RM": (0, -1, 1, -1), "MR": (1, -1, 0, -1), "RMI": (0, -1, 1, 2), "MRI": (1, -1, 0, 2),
     "MI": (-1, -1, 0, 1), "M": (-1, -1, 0, -1), "RVM": (0, 1, 2, -1), "MVR": (2, 1, 0, -1),
-    "RVMI": (0, 1, 2, 3), "RVMR": (0, 1, 2, 3), "VMI": (-1, 0, 1, 2),
+    "RVMI": (0, 1, 2, 3), "RVMR": (0, 1, 2, 3), "VMI": (-1, 0, 1, 2), "RMV": (0, 2, 1, -1),
 }
 
 # Register numbers of the interned 64-bit registers, keyed by id() (they live as long as the
@@ -667,6 +677,9 @@ def compile_form(f: Form) -> tuple:
     without a specialised encoder); rm is the index of the r/m operand, -1 if none.
     """
     generic = _generic(f)
+    amx = f.sibmem or f.openc == "RMV"
+    if amx:
+        generic = _amx_checked(f, generic)
     roles = _ROLES.get(f.openc)
     if roles is None or f.openc == "MC" or f.byte_regs:     # rare: no ModRM, cl check, spl/sil REX
         return generic, generic, None, roles[2] if roles else -1
@@ -676,7 +689,26 @@ def compile_form(f: Form) -> tuple:
         reg, mem, heads = _compile_evex(f, generic)
     else:
         reg, mem, heads = _compile_legacy(f, generic)
+    if amx:
+        reg, mem = _amx_checked(f, reg), _amx_checked(f, mem)
     return reg, mem, heads, roles[2]
+
+
+def _amx_checked(f: Form, enc):
+    """`enc` refusing what an AMX instruction faults on (#UD) instead of encoding it: tile memory
+    without an index register (the row stride), or a tile product naming one tile twice."""
+    rm = _ROLES[f.openc][2]
+
+    def checked(buf, ops):
+        if f.sibmem:
+            m = ops[rm]
+            if type(m) is Mem and m.index is None:
+                raise EncodingError(f"{f.mnemonic}: the tile memory operand needs an index register holding "
+                                    f"the row stride ([base + stride]), got {m}")
+        elif len({op.num for op in ops}) != len(ops):
+            raise EncodingError(f"{f.mnemonic}: its three tiles must differ, got {', '.join(map(str, ops))}")
+        return enc(buf, ops)
+    return checked
 
 
 def encode(form: Form, *ops) -> bytes:

@@ -10,6 +10,7 @@ felixcloutier.com / SDM vol. 2 print them, so a reviewer can check a row in seco
 computes for an actual operand, and what a slot accepts):
 
     r64 r32 r16 r8          general-purpose registers          k      opmask register
+    t                       AMX tile register tmm0-7            sibmem memory with an index (AMX)
     x y z                   xmm/ymm/zmm 0-15, unmasked          xh yh zh  xmm/ymm/zmm 16-31 (EVEX only)
     xk yk zk                masked xmm/ymm/zmm (EVEX only)     rel    a Label (branches)
     m m8 .. m512            memory, untyped or sized            mk m512k ...  masked store destination
@@ -210,6 +211,24 @@ _ROWS: list[tuple[str, ...]] = [
     ("{vex} vpdpbusd",  "ymm1, ymm2, ymm3/m256", "VEX.256.66.0F38.W0 50 /r", "RVM", "AVX_VNNI"),
     ("{vex} vpdpbusds", "ymm1, ymm2, ymm3/m256", "VEX.256.66.0F38.W0 51 /r", "RVM", "AVX_VNNI"),
     ("{vex} vpdpwssd",  "ymm1, ymm2, ymm3/m256", "VEX.256.66.0F38.W0 52 /r", "RVM", "AVX_VNNI"),
+    # --- AMX: tile registers tmm0-7, their shapes set by the 64-byte tile configuration ---------
+    # (ldtilecfg). `sibmem` is memory addressed through a SIB byte whose index register holds
+    # the row stride in bytes ([base + stride*1 + disp]); a tile load or store without an index
+    # is refused here (the CPU would read every row from one address). TILERELEASE's ModRM is
+    # fixed (C0); TILEZERO's register is in ModRM.reg (Op/En "R"); the TDP* products take their
+    # second source from VEX.vvvv (Op/En "RMV": dst = reg, src1 = r/m, src2 = vvvv).
+    ("ldtilecfg",   "m512",             "VEX.128.NP.0F38.W0 49 /0",    "M",   "AMX_TILE"),
+    ("sttilecfg",   "m512",             "VEX.128.66.0F38.W0 49 /0",    "M",   "AMX_TILE"),
+    ("tilerelease", "",                 "VEX.128.NP.0F38.W0 49 C0",    "ZO",  "AMX_TILE"),
+    ("tilezero",    "tmm1",             "VEX.128.F2.0F38.W0 49 /r",    "R",   "AMX_TILE"),
+    ("tileloadd",   "tmm1, sibmem",     "VEX.128.F2.0F38.W0 4B /r",    "RM",  "AMX_TILE"),
+    ("tileloaddt1", "tmm1, sibmem",     "VEX.128.66.0F38.W0 4B /r",    "RM",  "AMX_TILE"),
+    ("tilestored",  "sibmem, tmm1",     "VEX.128.F3.0F38.W0 4B /r",    "MR",  "AMX_TILE"),
+    ("tdpbssd",     "tmm1, tmm2, tmm3", "VEX.128.F2.0F38.W0 5E /r",    "RMV", "AMX_INT8"),
+    ("tdpbsud",     "tmm1, tmm2, tmm3", "VEX.128.F3.0F38.W0 5E /r",    "RMV", "AMX_INT8"),
+    ("tdpbusd",     "tmm1, tmm2, tmm3", "VEX.128.66.0F38.W0 5E /r",    "RMV", "AMX_INT8"),
+    ("tdpbuud",     "tmm1, tmm2, tmm3", "VEX.128.NP.0F38.W0 5E /r",    "RMV", "AMX_INT8"),
+    ("tdpbf16ps",   "tmm1, tmm2, tmm3", "VEX.128.F3.0F38.W0 5C /r",    "RMV", "AMX_BF16"),
     # --- opmask (VEX-encoded, AVX-512) ----------------------------------------------------------
     ("kmovw",      "k1, r32",           "VEX.L0.0F.W0 92 /r",          "RM",  "AVX512F"),
     ("kmovw",      "r32, k1",           "VEX.L0.0F.W0 93 /r",          "RM",  "AVX512F"),
@@ -525,6 +544,7 @@ class Form:
     t0: int                   # VEX3 byte 1 / EVEX P0 template, R X B (R') set = "no extension"
     t1: int                   # VEX3 byte 2 / EVEX P1 template, vvvv = 1111
     t2: int                   # VEX2 byte 1 / EVEX P2 template
+    sibmem: bool = False      # AMX tile load/store: the memory operand must have an index (the stride)
 
     @property
     def signature(self) -> str:
@@ -552,6 +572,12 @@ def _slot_kinds(text: str, prefix: str, opcode: bytes, rex_w: bool) -> tuple[fro
             continue
         if re.fullmatch(r"k\d", alt):
             kinds.add("k")
+            continue
+        if re.fullmatch(r"tmm\d", alt):
+            kinds.add("t")
+            continue
+        if alt == "sibmem":
+            kinds |= set(_ALL_MEM)
             continue
         m = re.fullmatch(r"m(\d+)bcst", alt)
         if m:
@@ -671,7 +697,7 @@ def parse_form(row: tuple[str, ...]) -> Form:
         t0 = t1 = t2 = 0
     return Form(mnemonic, operands, encoding, openc, isa, tuple(slots), prefix, bytes(opcode), digit, imm, rel,
                 rex, mandatory, byte_regs, L, pp, mmmmm, W, zero_ok, mem_n, bcst_n,
-                mmmmm == 1 and W == 0, t0, t1, t2)
+                mmmmm == 1 and W == 0, t0, t1, t2, "sibmem" in operands)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -102,6 +102,22 @@ class MaskReg:
         return self.name
 
 
+@dataclass(frozen=True)
+class Tmm:
+    """An AMX tile register tmm0-tmm7 (its shape is set by the tile configuration, ldtilecfg)."""
+
+    num: int
+
+    _template_code = None           # not a field: see "Template codes" below
+
+    @property
+    def name(self) -> str:
+        return f"tmm{self.num}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
 RIP = "rip"
 
 
@@ -247,13 +263,14 @@ XMM = tuple(Vec(i, 128) for i in range(32))
 YMM = tuple(Vec(i, 256) for i in range(32))
 ZMM = tuple(Vec(i, 512) for i in range(32))
 K = tuple(MaskReg(i) for i in range(8))
+TMM = tuple(Tmm(i) for i in range(8))
 
-globals().update({r.name: r for r in GPR32 + GPR8 + XMM + YMM + ZMM + K})
+globals().update({r.name: r for r in GPR32 + GPR8 + XMM + YMM + ZMM + K + TMM})
 
 # Template codes. The assembler keeps the bytes of instructions it has encoded under keys made
 # of the mnemonic and one small int per operand (small ints hash and compare fastest):
-#   - Each register object above (rax, eax, al, xmm3, ymm3, zmm3, k1, ...) has its own template
-#     code, 1 to 152, set once here. Other register objects, e.g. Vec(3, 256) or
+#   - Each register object above (rax, eax, al, xmm3, ymm3, zmm3, k1, tmm0, ...) has its own template
+#     code, 1 to 160, set once here. Other register objects, e.g. Vec(3, 256) or
 #     zmm1.masked(k1), keep the class value None, and an instruction with one of those is
 #     encoded in full every time.
 #   - A Mem's template shape packs its base, index, scale, size, broadcast and mask into
@@ -264,7 +281,7 @@ globals().update({r.name: r for r in GPR32 + GPR8 + XMM + YMM + ZMM + K})
 #     outside these values (a rip base, a register that is not one of the objects above, a
 #     displacement that is no int, ...) has NOT_TEMPLATED.
 # Both stand for the operand's value, not for the object, so a copy (pickled, say) may keep them.
-for _code, _reg in enumerate(GPR64 + GPR32 + GPR8 + XMM + YMM + ZMM + K, start=1):
+for _code, _reg in enumerate(GPR64 + GPR32 + GPR8 + XMM + YMM + ZMM + K + TMM, start=1):
     _set_attribute(_reg, "_template_code", _code)
 
 NOT_TEMPLATED = "not templated"         # a str: it pickles as itself and is no register code
