@@ -122,6 +122,7 @@ class SegmentCompiler:
         self._loop_streams: dict[int, set] = {}
         self._enclosing: dict[int, tuple] | None = None     # id(node) -> loops around it
         self.prefetches: list = []      # backend.prefetch plans with a pointer register
+        self.body_start = 0             # instructions of the prologue, once compiled
 
     def plan(self, tree, lp: Loop) -> VectorPlan | None:
         """vector_plan, once per loop of this segment."""
@@ -132,6 +133,19 @@ class SegmentCompiler:
 
     # -- the function --------------------------------------------------------------
     def compile(self) -> None:
+        self.prologue()
+        self.body_start = len(self.em.asm)
+        ctx = Ctx({}, {}, budget=self.limit)
+        if isinstance(self.node, Loop) and "parallel" in self.node.annotations:
+            self._parallel_loop(self.node, ctx)
+        else:
+            self.gen([self.node], ctx)
+        self.flush()
+        self.em.epilogue()
+
+    def prologue(self) -> None:
+        """Pointer registers for the access streams (and prefetch pointers), the rest to loop
+        counters, and the function's prologue loading the pointers from their argument slots."""
         streams = self._streams()
         regs = list(self.em.pointer_registers)
         if len(streams) > len(regs) - 2:
@@ -149,13 +163,6 @@ class SegmentCompiler:
         em.pointers.update(pointers)
         em.use_counters(regs)
         em.prologue(self.slots)
-        ctx = Ctx({}, {}, budget=self.limit)
-        if isinstance(self.node, Loop) and "parallel" in self.node.annotations:
-            self._parallel_loop(self.node, ctx)
-        else:
-            self.gen([self.node], ctx)
-        self.flush()
-        em.epilogue()
 
     def _streams(self) -> list[tuple]:
         seen: dict[tuple, None] = {}

@@ -421,9 +421,13 @@ class LoopTree:
 
     # ------------------------------------------------------------------ compilation
     def lower(self):
-        from .lower import lower
+        """The loop-tree IR of this tree, built once (the tree is immutable)."""
+        ir = self.__dict__.get("_lowered")
+        if ir is None:
+            from .lower import lower
 
-        return lower(self)
+            ir = self._lowered = lower(self)
+        return ir
 
     def compile(self, target=None):
         from .run import compile_tree

@@ -303,6 +303,38 @@ class Assembler:
     def __len__(self) -> int:
         return len(self._log)
 
+    def with_head(self, head: "Assembler", start: int, rename=lambda name: name) -> "Assembler | None":
+        """A copy of this function whose first `start` instructions are `head`'s instead (a
+        prologue loading other argument slots), its labels renamed by `rename`; None unless both
+        are plain instructions (no branches, labels or constants in `head`, no branch or label
+        among the replaced). Everything after them moves by the difference in length: branches
+        and labels keep their distances, the constant pool is aligned again by `bytes()`, and
+        its labels are shared (their offsets are set from the layout of the assembler that
+        `bytes()` is called on)."""
+        if head._branches or head._labels or head._consts or head._fixups:
+            return None
+        replaced = self._log[:start]
+        old = sum(len(code) for code, _ in replaced)
+        if any(not code for code, _ in replaced) or any(pos < old for pos, _ in self._labels.values()):
+            return None
+        shift = sum(len(code) for code, _ in head._log) - old
+        labels = {lab: Label(rename(lab.name)) for lab in self._labels}
+        log = head._log + self._log[start:]
+        for i in range(len(head._log), len(log)):
+            code, insn = log[i]
+            if not code:                  # a branch (no bytes until laid out): to a renamed label
+                log[i] = code, (insn[0], *(labels.get(o, o) if type(o) is Label else o for o in insn[1:]))
+        out = Assembler()
+        out._log = log
+        out._branches = [(pos + shift, mn, labels.get(lab, lab)) for pos, mn, lab in self._branches]
+        out._labels = {labels[lab]: (pos + shift, nb) for lab, (pos, nb) in self._labels.items()}
+        out._consts = list(self._consts)
+        out._const_index = dict(self._const_index)
+        out._fixups = [(dpos + shift, end + shift, nb, labels.get(lab, lab), addend)
+                       for dpos, end, nb, lab, addend in self._fixups]
+        out._nlabels = self._nlabels
+        return out
+
     # --- labels ----------------------------------------------------------------------------
 
     def label(self, name: str | None = None) -> Label:
