@@ -78,20 +78,37 @@ class Block:
         return default
 
 
-@dataclass
 class Ctx:
-    ranges: dict[str, int]
-    static: dict[str, int]
-    unrolling: bool = False
-    block: Block | None = None
-    chain: int = 0                       # which accumulator set of a split block (0 or 1)
-    budget: int = 0                      # unroll limit here: halved in each specialised tail
+    """Where the walk is: each dimension's range in the loop being emitted (`ranges`), the
+    offsets the unrolled loops around fixed (`static`: a dimension's summed offset, and `@var`
+    per loop), and the register block being filled. A context and those made from it share a
+    dict that neither changes: `child` copies `ranges` (its caller narrows a loop there), `at`
+    copies `static`. The walk makes one per static iteration, so this is a slotted class."""
+
+    __slots__ = ("ranges", "static", "unrolling", "block", "chain", "budget")
+
+    def __init__(self, ranges: dict[str, int], static: dict[str, int], unrolling: bool = False,
+                 block: Block | None = None, chain: int = 0, budget: int = 0):
+        self.ranges = ranges
+        self.static = static
+        self.unrolling = unrolling
+        self.block = block
+        self.chain = chain               # which accumulator set of a split block (0 or 1)
+        self.budget = budget             # unroll limit here: halved in each specialised tail
 
     def child(self, **kw) -> "Ctx":
-        c = Ctx(self.ranges.copy(), self.static.copy(), self.unrolling, self.block, self.chain, self.budget)
+        c = Ctx(self.ranges.copy(), self.static, self.unrolling, self.block, self.chain, self.budget)
         for k, v in kw.items():
             setattr(c, k, v)
         return c
+
+    def at(self, dim: str, var: str, offset: int, chain: int | None = None) -> "Ctx":
+        """The context `offset` into loop `var` over `dim` (`var` as Affine terms name it)."""
+        static = self.static.copy()
+        static[dim] = static.get(dim, 0) + offset
+        static[var] = offset
+        return Ctx(self.ranges, static, self.unrolling, self.block, self.chain if chain is None else chain,
+                   self.budget)
 
 
 @dataclass
@@ -307,12 +324,7 @@ class SegmentCompiler:
         self._restore(lp, trips_, iterations=blk.factor)
 
     def _with_offset(self, ctx: Ctx, lp: Loop, offset: int, chain: int | None = None) -> Ctx:
-        c = ctx.child()
-        c.static[lp.dim] = c.static.get(lp.dim, 0) + offset
-        c.static[loop_var(lp.var)] = offset
-        if chain is not None:
-            c.chain = chain
-        return c
+        return ctx.at(lp.dim, loop_var(lp.var), offset, chain)
 
     def _static_iteration(self, lp: Loop, ctx: Ctx, offset: int, chain: int | None = None) -> None:
         """The body of `lp` at `offset` (updating accumulator set `chain`, if given)."""
@@ -562,7 +574,7 @@ class SegmentCompiler:
                 return
             full, tail = trips(rng, lp.step)
             for it in range(full + (1 if tail else 0)):
-                c2 = self._with_offset(c, lp, it * lp.step)
+                c2 = self._with_offset(c, lp, it * lp.step).child()
                 c2.ranges[lp.dim] = lp.step if it < full else tail
                 rec(i + 1, c2)
 
@@ -638,27 +650,27 @@ class SegmentCompiler:
         todo, self.pending = self.pending, []
         em.regs.flush_cache()
         versions: dict[str, int] = {}
-        snapshots = []
+        snapshots = []          # per instance: (stores so far per buffer, its load keys)
         for position, ins in enumerate(todo):
-            em.versions = dict(versions)
-            snapshots.append(em.versions)
+            em.versions = versions     # replaced, never changed, at each store: a snapshot
             exprs = [ins.stmt.expr]
             if ins.acc is None:
                 if ins.stmt.post is not None:
                     exprs.append(ins.stmt.post)
                 if isinstance(ins.stmt.init, (Load,)):
                     exprs.append(ins.stmt.init)
-            em.count_loads(ins.stmt, ins.static, ins.shape, exprs, position)
+            snapshots.append((em.versions, em.count_loads(ins.stmt, ins.static, ins.shape, exprs, position)))
             if ins.acc is None:      # block accumulators are stored after the region
+                versions = dict(versions)
                 versions[ins.stmt.out.buffer] = versions.get(ins.stmt.out.buffer, 0) + 1
-        for ins, snap in zip(todo, snapshots):
-            em.versions = snap
+        for ins, (em.versions, em.instance_keys) in zip(todo, snapshots):
             em.begin(ins.stmt)
             if ins.acc is not None:
                 em.accumulate(ins.acc, ins.stmt, ins.static, ins.shape, ins.blend)
             else:
                 self._memory_instance(ins)
         em.versions = {}
+        em.instance_keys = {}
         em.regs.flush_cache()
         em.drop_masks()
 

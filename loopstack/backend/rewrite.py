@@ -78,7 +78,10 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
             here = stack + (node,)
             todo = [(st, s) for st, s in _computes_under(node, here)
                     if _outermost_reduction(s, st) is node and needs_split(st, s)]
-            new = replace(node, body=tuple(rebuild(node.body, here)))
+            body = rebuild(node.body, here)
+            # an unchanged nest stays the same object (with the facts kept on it: ir._derived)
+            same = len(body) == len(node.body) and all(a is b for a, b in zip(body, node.body))
+            new = node if same else replace(node, body=tuple(body))
             if not todo:
                 out.append(new)
                 continue
@@ -96,7 +99,10 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
             out.extend(post)
         return out
 
-    return LoopTree(tree.buffers, tree.dims, tuple(rebuild(tree.body, ())))
+    body = rebuild(tree.body, ())
+    if len(body) == len(tree.body) and all(a is b for a, b in zip(body, tree.body)):
+        return tree
+    return LoopTree(tree.buffers, tree.dims, tuple(body))
 
 
 def _outermost_reduction(stmt: Compute, stack) -> Loop | None:
