@@ -118,6 +118,7 @@ class Instance:
     shape: Shape
     acc: int | None = None
     blend: bool = False
+    accs: dict[int, int] | None = None   # the accumulator set `acc` is from: output displacement -> register
 
 
 class SegmentCompiler:
@@ -140,6 +141,7 @@ class SegmentCompiler:
         self._enclosing: dict[int, tuple] | None = None     # id(node) -> loops around it
         self.prefetches: list = []      # backend.prefetch plans with a pointer register
         self.body_start = 0             # instructions of the prologue, once compiled
+        self.flushes = 0                # flush() calls so far (see _static_iterations)
 
     def plan(self, tree, lp: Loop) -> VectorPlan | None:
         """vector_plan, once per loop of this segment."""
@@ -232,8 +234,7 @@ class SegmentCompiler:
         if runtime:
             self.runtime_loop(lp, full, lambda: self.gen(lp.body, self._with_offset(inner, lp, 0)))
         else:
-            for it in range(full):
-                self._static_iteration(lp, inner, it * lp.step, self._chain(ctx, lp, it))
+            self._static_iterations(lp, inner, [(it * lp.step, self._chain(ctx, lp, it)) for it in range(full)])
         if tail:
             t = ctx.child(unrolling=inner.unrolling, chain=self._chain(ctx, lp, full))
             if runtime:
@@ -309,13 +310,11 @@ class SegmentCompiler:
         per trip, then the iterations left over and the tail, statically."""
         trips_, rest = divmod(full, blk.factor)
 
-        def body():
-            for i in range(blk.factor):
-                self._static_iteration(lp, inner, i * lp.step, blk.chain_of(lp, i, ctx.chain))
+        def iterations(n: int) -> None:
+            self._static_iterations(lp, inner, [(i * lp.step, blk.chain_of(lp, i, ctx.chain)) for i in range(n)])
 
-        self.runtime_loop(lp, trips_, body, iterations=blk.factor)
-        for i in range(rest):
-            self._static_iteration(lp, inner, i * lp.step, blk.chain_of(lp, i, ctx.chain))
+        self.runtime_loop(lp, trips_, lambda: iterations(blk.factor), iterations=blk.factor)
+        iterations(rest)
         if tail:
             t = ctx.child(unrolling=inner.unrolling, chain=blk.chain_of(lp, rest, ctx.chain),
                           budget=self._tail_budget(ctx))
@@ -329,6 +328,38 @@ class SegmentCompiler:
     def _static_iteration(self, lp: Loop, ctx: Ctx, offset: int, chain: int | None = None) -> None:
         """The body of `lp` at `offset` (updating accumulator set `chain`, if given)."""
         self.gen(lp.body, self._with_offset(ctx, lp, offset, chain))
+
+    def _static_iterations(self, lp: Loop, ctx: Ctx, iterations: list[tuple[int, int]]) -> None:
+        """The body of `lp` at each (offset, accumulator set) of `iterations`, all of `lp`'s full
+        range `ctx` gives. The first is walked; when that only collected statement instances
+        (emitted nothing, flushed nothing), each other iteration with its accumulator set is
+        those instances moved by its offset: nothing the walk decides depends on the offsets,
+        only the instances' points do (and the accumulator of a point in a register block)."""
+        template = None           # (instances, offset, set) of the first iteration
+        for offset, chain in iterations:
+            if template is not None and chain == template[2]:
+                self.pending.extend(self._moved(template[0], lp, offset - template[1]))
+                continue
+            start, code, flushes = len(self.pending), len(self.em.asm), self.flushes
+            self._static_iteration(lp, ctx, offset, chain)
+            if template is None and (len(self.em.asm), self.flushes) == (code, flushes):
+                template = (self.pending[start:], offset, chain)
+
+    def _moved(self, instances: list[Instance], lp: Loop, delta: int) -> list[Instance]:
+        """`instances` collected under an iteration of `lp`, at the iteration `delta` further on."""
+        dim, var = lp.dim, loop_var(lp.var)
+        displacement = self.em.displacement
+        statics: dict[int, dict[str, int]] = {}     # instances at one point share its dict
+        out = []
+        for ins in instances:
+            static = statics.get(id(ins.static))
+            if static is None:
+                static = statics[id(ins.static)] = ins.static.copy()
+                static[dim] += delta
+                static[var] += delta
+            acc = None if ins.accs is None else ins.accs[displacement(ins.stmt.out, static)]
+            out.append(Instance(ins.stmt, static, ins.shape, acc, ins.blend, ins.accs))
+        return out
 
     # -- runtime loops -----------------------------------------------------------------
     def _streams_in(self, lp: Loop) -> set:
@@ -635,15 +666,18 @@ class SegmentCompiler:
         if blk is not None and blk.stmt is stmt:
             disp = self.em.displacement(stmt.out, ctx.static)
             blend = (not blk.along_output) and shape.masked and not self.em.zero_safe(stmt, shape)
-            self.pending.append(Instance(stmt, ctx.static, shape, blk.acc_set(ctx.chain)[disp], blend))
+            accs = blk.acc_set(ctx.chain)
+            self.pending.append(Instance(stmt, ctx.static, shape, accs[disp], blend, accs))
         else:
             self.pending.append(Instance(stmt, ctx.static, shape))
 
     def flush_cache_only(self) -> None:
+        self.flushes += 1
         self.em.regs.flush_cache()
 
     def flush(self) -> None:
         """Emit the collected straight-line instances."""
+        self.flushes += 1
         if not self.pending:
             return
         em = self.em

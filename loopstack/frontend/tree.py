@@ -102,6 +102,8 @@ def check_annotations(tree, action=None) -> None:
     for a tensorized instruction."""
     what = "schedule" if action is None else action.kind + "".join(
         f" L{a}" if isinstance(a, int) else f" {a!r}" for a in action.args)
+    if not any(ns.annotations or ns.tensorize for _, ns in tree.schedule):
+        return          # nothing to check: the tree stays unbuilt (a schedule's intermediate trees)
     g = tree.graph
     vectorized = False
     for it in tree.items:
