@@ -121,6 +121,14 @@ class Instance:
     accs: dict[int, int] | None = None   # the accumulator set `acc` is from: output displacement -> register
 
 
+def _loops_under(node):
+    """The loops of a subtree (the node itself included), in program order."""
+    if isinstance(node, Loop):
+        yield node
+        for n in node.body:
+            yield from _loops_under(n)
+
+
 class SegmentCompiler:
     """One top-level node of a tree as one function, its instructions chosen by `isa` (an
     Emitter subclass) into the assembler `asm`."""
@@ -139,6 +147,8 @@ class SegmentCompiler:
         self._plans: dict[int, VectorPlan | None] = {}
         self._loop_streams: dict[int, set] = {}
         self._enclosing: dict[int, tuple] | None = None     # id(node) -> loops around it
+        self._dims_under: dict[int, tuple] = {}     # id(node) -> dimensions of the loops under it
+        self._sizes: dict[tuple, int] = {}          # see _subtree_size
         self.prefetches: list = []      # backend.prefetch plans with a pointer register
         self.body_start = 0             # instructions of the prologue, once compiled
         self.flushes = 0                # flush() calls so far (see _static_iterations)
@@ -149,6 +159,18 @@ class SegmentCompiler:
         if key not in self._plans:
             self._plans[key] = self._vector_plan(tree, lp, lambda t, a: self.em.bytemap(a))
         return self._plans[key]
+
+    def _subtree_size(self, node, ranges: dict[str, int]) -> int:
+        """analysis.subtree_size, once per node and ranges of the dimensions under it."""
+        dims = self._dims_under.get(id(node))
+        if dims is None:
+            dims = self._dims_under[id(node)] = tuple(
+                {lp.dim: None for lp in _loops_under(node)})
+        key = (id(node), *[ranges.get(d) for d in dims])
+        size = self._sizes.get(key)
+        if size is None:
+            size = self._sizes[key] = subtree_size(self.tree, node, ranges, self.width, self.plan)
+        return size
 
     # -- the function --------------------------------------------------------------
     def compile(self) -> None:
@@ -213,7 +235,7 @@ class SegmentCompiler:
                 f"loop {lp.var} cannot be vectorized: it must be innermost, of step 1, and every "
                 "access must be unit-stride or constant along it")
         whole = (ctx.unrolling or "unroll" in lp.annotations
-                 or subtree_size(self.tree, lp, ctx.ranges, self.width, self.plan) <= ctx.budget)
+                 or self._subtree_size(lp, ctx.ranges) <= ctx.budget)
         # a loop over the output inside a register block is unrolled so that its accumulators
         # have static names; the loops below it still decide for themselves (a reduction loop
         # under it stays a runtime loop instead of multiplying the block's code)
@@ -277,7 +299,7 @@ class SegmentCompiler:
         rng = inner.ranges.get(child.dim, self.tree.dim_size(child.dim))
         full, tail = trips(rng, child.step)
         if (tail or full < 2 or self.plan(self.tree, child) is not None or "unroll" in child.annotations
-                or subtree_size(self.tree, child, inner.ranges, self.width, self.plan) <= inner.budget):
+                or self._subtree_size(child, inner.ranges) <= inner.budget):
             return None
         for stream in self._streams_in(lp):
             coeffs = dict(stream[1])
@@ -465,7 +487,7 @@ class SegmentCompiler:
             return False
         if not any(not indexes_output(stmt, inner) for inner in chain_below(lp)[1:]):
             return False
-        return subtree_size(self.tree, lp, ctx.ranges, self.width, self.plan) > ctx.budget
+        return self._subtree_size(lp, ctx.ranges) > ctx.budget
 
     def register_block(self, root: Loop, stmt: Compute, ctx: Ctx) -> None:
         self.flush()
@@ -540,7 +562,7 @@ class SegmentCompiler:
         if (along and stmt.reduce in REDUCE_IDENTITY and n_acc < self.target.accumulators
                 and 2 * n_acc <= max_accumulators(self.target, stmt)):
             sets = 2
-        body = sum(subtree_size(self.tree, n, body_ranges, self.width, self.plan) for n in found.body)
+        body = sum(self._subtree_size(n, body_ranges) for n in found.body)
         # a specialised tail does a small share of the work: half the unrolling there
         factor = UNROLL_REDUCTION if ctx.budget >= self.limit else max(sets, UNROLL_REDUCTION // 2)
         while factor > sets and factor * body > ctx.budget:
