@@ -201,6 +201,7 @@ class Assembler:
         self._buf = bytearray()
         self._joined = 0
         self._branches: list[tuple] = []  # (buf position, mnemonic, label)
+        self._branch_entries: list[int] = []    # where each branch is in the log
         self._labels: dict[Label, tuple[int, int]] = {}   # label -> (buf position, branches before)
         self._fixups: list[tuple] = []    # (disp pos, insn end, branches before, label, addend)
         self._consts: list[tuple] = []    # (label, data, align)
@@ -276,6 +277,7 @@ class Assembler:
         enc, f, heads, _ = entry
         if enc is None:
             self._branches.append((self._position(), mnemonic, ops[0]))
+            self._branch_entries.append(len(self._log))
             self._log.append((b"", (mnemonic, *ops)))
             return
         buf = bytearray()
@@ -313,20 +315,21 @@ class Assembler:
         `bytes()` is called on)."""
         if head._branches or head._labels or head._consts or head._fixups:
             return None
-        replaced = self._log[:start]
-        old = sum(len(code) for code, _ in replaced)
-        if any(not code for code, _ in replaced) or any(pos < old for pos, _ in self._labels.values()):
+        old = sum(len(code) for code, _ in self._log[:start])
+        if (self._branch_entries and self._branch_entries[0] < start) or any(
+                pos < old for pos, _ in self._labels.values()):
             return None
         shift = sum(len(code) for code, _ in head._log) - old
         labels = {lab: Label(rename(lab.name)) for lab in self._labels}
+        moved = len(head._log) - start           # log entries move by this much
         log = head._log + self._log[start:]
-        for i in range(len(head._log), len(log)):
-            code, insn = log[i]
-            if not code:                  # a branch (no bytes until laid out): to a renamed label
-                log[i] = code, (insn[0], *(labels.get(o, o) if type(o) is Label else o for o in insn[1:]))
+        for i in self._branch_entries:           # branches to a renamed label
+            code, insn = log[i + moved]
+            log[i + moved] = code, (insn[0], *(labels.get(o, o) if type(o) is Label else o for o in insn[1:]))
         out = Assembler()
         out._log = log
         out._branches = [(pos + shift, mn, labels.get(lab, lab)) for pos, mn, lab in self._branches]
+        out._branch_entries = [i + moved for i in self._branch_entries]
         out._labels = {labels[lab]: (pos + shift, nb) for lab, (pos, nb) in self._labels.items()}
         out._consts = list(self._consts)
         out._const_index = dict(self._const_index)
