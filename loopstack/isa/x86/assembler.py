@@ -206,6 +206,7 @@ class Assembler:
         self._fixups: list[tuple] = []    # (disp pos, insn end, branches before, label, addend)
         self._consts: list[tuple] = []    # (label, data, align)
         self._const_index: dict[tuple, Mem] = {}
+        self._rip_kept: dict[tuple, tuple] = {}   # see _rip_relative
         self._nlabels = 0
 
     # --- instructions ----------------------------------------------------------------------
@@ -261,12 +262,34 @@ class Assembler:
         from its memory template if it has one (and then kept), else encoded."""
         heads = _HEADS.get(key[:-1]) if table is _KEPT_MEM else None
         if heads is None:
+            if table is _KEPT_MEM:
+                m = ops[-1] if type(ops[-1]) is Mem else ops[0]
+                if m.label is not None and None not in key:
+                    self._rip_relative(mnemonic, ops, (key, m._fields()))
+                    return
             self._encode(mnemonic, ops, table, key)
             return
         m = ops[-1] if type(ops[-1]) is Mem else ops[0]          # a load's Mem, or a store's
         kept = (finish_mem(heads, m), (mnemonic, *ops))
         _remember(_KEPT_MEM, key, kept)
         self._log.append(kept)
+
+    def _rip_relative(self, mnemonic: str, ops: tuple, key: tuple) -> None:
+        """An instruction reading a constant of this function's pool (a rip-relative Mem with a
+        label), kept per assembler under `key` (its registers' codes and the Mem's fields): its
+        bytes do not depend on where it is, the disp32 is patched after layout."""
+        kept = self._rip_kept.get(key)
+        if kept is None:
+            fixups = len(self._fixups)
+            self._encode(mnemonic, ops, _KEPT_MEM, None)
+            if len(self._fixups) > fixups:
+                dpos, end, _, label, addend = self._fixups[-1]
+                self._rip_kept[key] = (self._log[-1], end - dpos, label, addend)
+            return
+        entry, tail, label, addend = kept
+        self._log.append(entry)
+        end = self._position()
+        self._fixups.append((end - tail, end, len(self._branches), label, addend))
 
     def _encode(self, mnemonic: str, ops: tuple, table: dict, key: tuple | None) -> None:
         """Form lookup and encoder; the result is kept in `table` under `key` when that names the
