@@ -64,10 +64,17 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
     nest right after it; both iterate the output loops found between that loop and the
     statement. Other statements in the loop are untouched."""
     counter = [0]
+    plans: dict[int, object] = {}       # id(loop) -> its vector plan: the pass asks per enclosing loop
+
+    def plan_once(t: LoopTree, lp: Loop):
+        key = id(lp)
+        if key not in plans:
+            plans[key] = plan_of(t, lp)
+        return plans[key]
 
     def needs_split(stack, stmt) -> bool:
         return (stmt.reduce is not None and (stmt.init is not None or stmt.post is not None)
-                and not init_post_fusable(tree, stack, stmt, lanes, max_acc, plan_of))
+                and not init_post_fusable(tree, stack, stmt, lanes, max_acc, plan_once))
 
     def rebuild(nodes, stack):
         out = []
