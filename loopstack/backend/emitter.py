@@ -178,9 +178,9 @@ class Emitter:
         # a value used again is kept in a register, unless every cached value is needed before
         # it: then it is read as a memory operand each time instead (in a block whose columns
         # outnumber the free registers, the columns that fit stay put)
-        if foldable:
+        if foldable and regs.keep_in_memory(key, left):
             operand = self.memory_operand(m, kind, shape, dtype)
-            if operand is not None and regs.keep_in_memory(key, left):
+            if operand is not None:
                 return Val(mem=operand)
         reg = self.alloc_for(kind)
         self.load_into(reg, m, kind, shape, dtype)

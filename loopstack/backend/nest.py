@@ -169,7 +169,8 @@ class SegmentCompiler:
         key = (id(node), *[ranges.get(d) for d in dims])
         size = self._sizes.get(key)
         if size is None:
-            size = self._sizes[key] = subtree_size(self.tree, node, ranges, self.width, self.plan)
+            size = self._sizes[key] = subtree_size(self.tree, node, ranges, self.width, self.plan,
+                                                   self._subtree_size)
         return size
 
     # -- the function --------------------------------------------------------------
