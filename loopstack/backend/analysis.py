@@ -251,8 +251,9 @@ def trips(range_: int, step: int) -> tuple[int, int]:
     return range_ // step, range_ % step
 
 
-def subtree_size(tree: LoopTree, node, ranges: dict[str, int], lanes: int, plan=vector_plan) -> int:
-    """Instructions the node would take fully unrolled (an estimate, in the full-range case)."""
+def subtree_size(tree: LoopTree, node, ranges: dict[str, int], lanes: int, plan=vector_plan, size_of=None) -> int:
+    """Instructions the node would take fully unrolled (an estimate, in the full-range case).
+    `size_of(child, ranges)`, if given, sizes the node's children (a caller that keeps sizes)."""
     if isinstance(node, Compute):
         cost = expr_size(node.expr) + 2
         if node.post is not None:
@@ -261,7 +262,10 @@ def subtree_size(tree: LoopTree, node, ranges: dict[str, int], lanes: int, plan=
     rng = ranges.get(node.dim, tree.dim_size(node.dim))
     inner = dict(ranges)
     inner[node.dim] = min(node.step, rng)
-    body = sum(subtree_size(tree, n, inner, lanes, plan) for n in node.body)
+    if size_of is None:
+        body = sum(subtree_size(tree, n, inner, lanes, plan) for n in node.body)
+    else:
+        body = sum(size_of(n, inner) for n in node.body)
     n = -(-rng // lanes) if plan(tree, node) is not None else -(-rng // node.step)
     return n * body
 

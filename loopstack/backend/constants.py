@@ -138,10 +138,12 @@ def _widened(tree: LoopTree, buf: Buffer, outer, tiled) -> Buffer | None:
                   tuple(reversed(strides)) + buf.strides)
 
 
-def _map_tree(node, f):
+def _map_tree(node, f, touches=None):
+    """`node` with `f` applied to the accesses of each statement (of each that `touches`, if
+    given): a subtree with nothing changed is the same object."""
     if isinstance(node, Compute):
-        return map_accesses(node, f)
-    body = tuple(_map_tree(n, f) for n in node.body)
+        return map_accesses(node, f) if touches is None or touches(node) else node
+    body = tuple(_map_tree(n, f, touches) for n in node.body)
     if all(new is old for new, old in zip(body, node.body)):
         return node                       # nothing below changed: share the subtree
     return replace(node, body=body)
@@ -161,7 +163,7 @@ def _widen_accesses(node, name: str, offsets: list[str]):
 
     def f(a: Access) -> Access:
         return replace(a, index=lead + a.index) if a.buffer == name else a
-    return _map_tree(node, f)
+    return _map_tree(node, f, lambda s: any(a.buffer == name for a in (s.out, *s.reads())))
 
 
 def _without(nodes: tuple, gone) -> tuple:

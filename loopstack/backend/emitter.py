@@ -47,6 +47,10 @@ class Emitter:
         self._maps: dict[int, tuple[Access, ByteMap]] = {}
         self._bases: dict[int, tuple] = {}           # id(access) -> see _base
         self._kinds: dict[tuple, str] = {}           # (id(access), vector dim) -> load kind
+        self._forms: dict[tuple, tuple] = {}         # see _load_form
+        # load keys of the instance being emitted, by id(access) (see count_loads): its accesses
+        # are alive while it is emitted, so no other object has their ids
+        self.instance_keys: dict[int, tuple] = {}
         self.versions: dict[str, int] = {}      # buffer -> stores so far in this region
         self._dot_k: dict[int, int] = {}        # id(access) of a Dot operand -> bytes per lane
         self.int = False      # the statement being emitted computes in int32 (see begin)
@@ -133,18 +137,31 @@ class Emitter:
             self._kinds[key] = kind
         return kind
 
+    def _load_form(self, access: Access, shape: Shape) -> tuple:
+        """(pointer number, constant bytes, coefficients, kind, lanes, dtype, buffer) of a load of
+        `access` as `shape`, once per both (keyed by identity: `_bases` keeps the access alive)."""
+        form_key = (id(access), shape.vector, shape.lanes, shape.dim)
+        form = self._forms.get(form_key)
+        if form is None:
+            base = self._base(access)
+            kind = self.load_kind(access, shape)
+            lanes = shape.lanes if kind in ("vec", "widen") else 0
+            form = self._forms[form_key] = (base[1].num, base[2], base[3], kind, lanes, base[4], access.buffer)
+        return form
+
     def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
-        base = self._base(access)
-        kind = self.load_kind(access, shape)
-        lanes = shape.lanes if kind in ("vec", "widen") else 0
+        num, disp, coeffs, kind, lanes, dtype, buffer = self._load_form(access, shape)
+        for name, c in coeffs:
+            disp += c * static.get(name, 0)
         # the buffer's version changes with every store to it, so a load after a store
         # never hits the cache entry of the value before it
-        version = self.versions.get(access.buffer, 0)
-        return (base[1].num, self._displacement(base, static), kind, lanes, base[4], version)
+        return (num, disp, kind, lanes, dtype, self.versions.get(buffer, 0))
 
     def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
         """The value of a read; a cached register, a memory operand, or a fresh register."""
-        key = self.load_key(access, static, shape)
+        key = self.instance_keys.get(id(access))
+        if key is None:
+            key = self.load_key(access, static, shape)
         regs = self.regs
         left = regs.uses.get(key, 1) - 1
         regs.uses[key] = left
@@ -161,9 +178,9 @@ class Emitter:
         # a value used again is kept in a register, unless every cached value is needed before
         # it: then it is read as a memory operand each time instead (in a block whose columns
         # outnumber the free registers, the columns that fit stay put)
-        if foldable:
+        if foldable and regs.keep_in_memory(key, left):
             operand = self.memory_operand(m, kind, shape, dtype)
-            if operand is not None and regs.keep_in_memory(key, left):
+            if operand is not None:
                 return Val(mem=operand)
         reg = self.alloc_for(kind)
         self.load_into(reg, m, kind, shape, dtype)
@@ -177,14 +194,22 @@ class Emitter:
         return self.regs.alloc()
 
     # -- expressions -----------------------------------------------------------
-    def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs, position: int = 0) -> None:
-        """Note the loads of one instance (the `position`-th of its region) before emitting it."""
+    def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs, position: int = 0) -> dict:
+        """Note the loads of one instance (the `position`-th of its region) before emitting it.
+        Returns their load keys by id(access): set as `instance_keys` while the instance is
+        emitted, so that its loads are not keyed twice."""
+        keys: dict[int, tuple] = {}
+        note_use = self.regs.note_use
         for e in exprs:
             if isinstance(e, Dot):      # its operands' lanes are k-byte groups
                 for x in (e.a, e.b):
                     self._dot_k[id(x.access)] = e.k
             for acc in expr_loads(e):
-                self.regs.note_use(self.load_key(acc, static, shape), position)
+                key = keys.get(id(acc))
+                if key is None:
+                    key = keys[id(acc)] = self.load_key(acc, static, shape)
+                note_use(key, position)
+        return keys
 
     def to_reg(self, val: Val, shape: Shape) -> Val:
         if val.reg is not None:

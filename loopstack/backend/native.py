@@ -30,6 +30,7 @@ from ..looptree.ir import Dot, Loop, LoopTree, loop_var, statements
 from .kernel_base import KernelBase, allocate_storage
 from .constants import hoist_constant_packs
 from .nest import SegmentCompiler, max_accumulators
+from .reuse import segment_shape
 from .rewrite import split_init_post, split_padded_nests, stage_padded_reads
 from .tensorize.apply import tensorize_for_target
 
@@ -122,11 +123,32 @@ def emit_native(tree: LoopTree, target, unroll_limit: int | None = None):
     parallel = check_parallel(lowered)
     slots = {b.name: i for i, b in enumerate(lowered.arguments + lowered.temps)}
     segments = []
+    compiled: dict[tuple, tuple] = {}     # segment shape key -> (shape, Assembler, prologue length)
     for node in lowered.body:
-        asm = assembler()
-        SegmentCompiler(asm, target, lowered, node, slots, limit, isa).compile()
+        shape = segment_shape(lowered, node)
+        first = compiled.get(shape.key) if shape is not None else None
+        asm = None
+        if first is not None:
+            asm = _reused(first, shape, SegmentCompiler(assembler(), target, lowered, node, slots, limit, isa))
+        if asm is None:
+            compiler = SegmentCompiler(assembler(), target, lowered, node, slots, limit, isa)
+            compiler.compile()
+            asm = compiler.em.asm
+            if shape is not None:
+                compiled.setdefault(shape.key, (shape, asm, compiler.body_start))
         segments.append((asm, node))
     return lowered, parallel, segments, once
+
+
+def _reused(first: tuple, shape, compiler: SegmentCompiler):
+    """The code of `compiler`'s node, of the same shape as one compiled before (`first`: its
+    shape, Assembler and prologue length), from that code with this node's own prologue (see
+    backend.reuse); None where the instruction set's assembler cannot take a new prologue."""
+    first_shape, asm, start = first
+    if not hasattr(asm, "with_head"):
+        return None
+    compiler.prologue()
+    return asm.with_head(compiler.em.asm, start, shape.label_renaming(first_shape))
 
 
 class _Foreign:

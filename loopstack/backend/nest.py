@@ -83,20 +83,37 @@ class Block:
         return default
 
 
-@dataclass
 class Ctx:
-    ranges: dict[str, int]
-    static: dict[str, int]
-    unrolling: bool = False
-    block: Block | None = None
-    chain: int = 0                       # which accumulator set of a split block (0 or 1)
-    budget: int = 0                      # unroll limit here: halved in each specialised tail
+    """Where the walk is: each dimension's range in the loop being emitted (`ranges`), the
+    offsets the unrolled loops around fixed (`static`: a dimension's summed offset, and `@var`
+    per loop), and the register block being filled. A context and those made from it share a
+    dict that neither changes: `child` copies `ranges` (its caller narrows a loop there), `at`
+    copies `static`. The walk makes one per static iteration, so this is a slotted class."""
+
+    __slots__ = ("ranges", "static", "unrolling", "block", "chain", "budget")
+
+    def __init__(self, ranges: dict[str, int], static: dict[str, int], unrolling: bool = False,
+                 block: Block | None = None, chain: int = 0, budget: int = 0):
+        self.ranges = ranges
+        self.static = static
+        self.unrolling = unrolling
+        self.block = block
+        self.chain = chain               # which accumulator set of a split block (0 or 1)
+        self.budget = budget             # unroll limit here: halved in each specialised tail
 
     def child(self, **kw) -> "Ctx":
-        c = Ctx(self.ranges.copy(), self.static.copy(), self.unrolling, self.block, self.chain, self.budget)
+        c = Ctx(self.ranges.copy(), self.static, self.unrolling, self.block, self.chain, self.budget)
         for k, v in kw.items():
             setattr(c, k, v)
         return c
+
+    def at(self, dim: str, var: str, offset: int, chain: int | None = None) -> "Ctx":
+        """The context `offset` into loop `var` over `dim` (`var` as Affine terms name it)."""
+        static = self.static.copy()
+        static[dim] = static.get(dim, 0) + offset
+        static[var] = offset
+        return Ctx(self.ranges, static, self.unrolling, self.block, self.chain if chain is None else chain,
+                   self.budget)
 
 
 @dataclass
@@ -106,6 +123,15 @@ class Instance:
     shape: Shape
     acc: int | None = None
     blend: bool = False
+    accs: dict[int, int] | None = None   # the accumulator set `acc` is from: output displacement -> register
+
+
+def _loops_under(node):
+    """The loops of a subtree (the node itself included), in program order."""
+    if isinstance(node, Loop):
+        yield node
+        for n in node.body:
+            yield from _loops_under(n)
 
 
 class SegmentCompiler:
@@ -126,7 +152,11 @@ class SegmentCompiler:
         self._plans: dict[int, VectorPlan | None] = {}
         self._loop_streams: dict[int, set] = {}
         self._enclosing: dict[int, tuple] | None = None     # id(node) -> loops around it
+        self._dims_under: dict[int, tuple] = {}     # id(node) -> dimensions of the loops under it
+        self._sizes: dict[tuple, int] = {}          # see _subtree_size
         self.prefetches: list = []      # backend.prefetch plans with a pointer register
+        self.body_start = 0             # instructions of the prologue, once compiled
+        self.flushes = 0                # flush() calls so far (see _static_iterations)
 
     def plan(self, tree, lp: Loop) -> VectorPlan | None:
         """vector_plan, once per loop of this segment."""
@@ -135,8 +165,39 @@ class SegmentCompiler:
             self._plans[key] = self._vector_plan(tree, lp, lambda t, a: self.em.bytemap(a))
         return self._plans[key]
 
+    def _subtree_size(self, node, ranges: dict[str, int]) -> int:
+        """analysis.subtree_size, once per node and ranges of the dimensions under it."""
+        dims = self._dims_under.get(id(node))
+        if dims is None:
+            dims = self._dims_under[id(node)] = tuple(
+                {lp.dim: None for lp in _loops_under(node)})
+        key = (id(node), *[ranges.get(d) for d in dims])
+        size = self._sizes.get(key)
+        if size is None:
+            size = self._sizes[key] = subtree_size(self.tree, node, ranges, self.width, self.plan,
+                                                   self._subtree_size)
+        return size
+
     # -- the function --------------------------------------------------------------
     def compile(self) -> None:
+        self.prologue()
+        self.body_start = len(self.em.asm)
+        tiles = any(is_tile_statement(s) for s in statements(self.node))
+        if tiles:                       # the tile configuration, loaded once per function
+            self.em.tile_begin()
+        ctx = Ctx({}, {}, budget=self.limit)
+        if isinstance(self.node, Loop) and "parallel" in self.node.annotations:
+            self._parallel_loop(self.node, ctx)
+        else:
+            self.gen([self.node], ctx)
+        self.flush()
+        if tiles:
+            self.em.tile_end()
+        self.em.epilogue()
+
+    def prologue(self) -> None:
+        """Pointer registers for the access streams (and prefetch pointers), the rest to loop
+        counters, and the function's prologue loading the pointers from their argument slots."""
         streams = self._streams()
         regs = list(self.em.pointer_registers)
         if len(streams) > len(regs) - 2:
@@ -154,18 +215,6 @@ class SegmentCompiler:
         em.pointers.update(pointers)
         em.use_counters(regs)
         em.prologue(self.slots)
-        tiles = any(is_tile_statement(s) for s in statements(self.node))
-        if tiles:
-            em.tile_begin()
-        ctx = Ctx({}, {}, budget=self.limit)
-        if isinstance(self.node, Loop) and "parallel" in self.node.annotations:
-            self._parallel_loop(self.node, ctx)
-        else:
-            self.gen([self.node], ctx)
-        self.flush()
-        if tiles:
-            em.tile_end()
-        em.epilogue()
 
     def _streams(self) -> list[tuple]:
         seen: dict[tuple, None] = {}
@@ -204,7 +253,7 @@ class SegmentCompiler:
                 f"loop {lp.var} cannot be vectorized: it must be innermost, of step 1, and every "
                 "access must be unit-stride or constant along it")
         whole = (ctx.unrolling or "unroll" in lp.annotations
-                 or subtree_size(self.tree, lp, ctx.ranges, self.width, self.plan) <= ctx.budget)
+                 or self._subtree_size(lp, ctx.ranges) <= ctx.budget)
         # a loop over the output inside a register block is unrolled so that its accumulators
         # have static names; the loops below it still decide for themselves (a reduction loop
         # under it stays a runtime loop instead of multiplying the block's code)
@@ -225,8 +274,7 @@ class SegmentCompiler:
         if runtime:
             self.runtime_loop(lp, full, lambda: self.gen(lp.body, self._with_offset(inner, lp, 0)))
         else:
-            for it in range(full):
-                self._static_iteration(lp, inner, it * lp.step, self._chain(ctx, lp, it))
+            self._static_iterations(lp, inner, [(it * lp.step, self._chain(ctx, lp, it)) for it in range(full)])
         if tail:
             t = ctx.child(unrolling=inner.unrolling, chain=self._chain(ctx, lp, full))
             if runtime:
@@ -269,7 +317,7 @@ class SegmentCompiler:
         rng = inner.ranges.get(child.dim, self.tree.dim_size(child.dim))
         full, tail = trips(rng, child.step)
         if (tail or full < 2 or self.plan(self.tree, child) is not None or "unroll" in child.annotations
-                or subtree_size(self.tree, child, inner.ranges, self.width, self.plan) <= inner.budget):
+                or self._subtree_size(child, inner.ranges) <= inner.budget):
             return None
         for stream in self._streams_in(lp):
             coeffs = dict(stream[1])
@@ -302,13 +350,11 @@ class SegmentCompiler:
         per trip, then the iterations left over and the tail, statically."""
         trips_, rest = divmod(full, blk.factor)
 
-        def body():
-            for i in range(blk.factor):
-                self._static_iteration(lp, inner, i * lp.step, blk.chain_of(lp, i, ctx.chain))
+        def iterations(n: int) -> None:
+            self._static_iterations(lp, inner, [(i * lp.step, blk.chain_of(lp, i, ctx.chain)) for i in range(n)])
 
-        self.runtime_loop(lp, trips_, body, iterations=blk.factor)
-        for i in range(rest):
-            self._static_iteration(lp, inner, i * lp.step, blk.chain_of(lp, i, ctx.chain))
+        self.runtime_loop(lp, trips_, lambda: iterations(blk.factor), iterations=blk.factor)
+        iterations(rest)
         if tail:
             t = ctx.child(unrolling=inner.unrolling, chain=blk.chain_of(lp, rest, ctx.chain),
                           budget=self._tail_budget(ctx))
@@ -317,16 +363,43 @@ class SegmentCompiler:
         self._restore(lp, trips_, iterations=blk.factor)
 
     def _with_offset(self, ctx: Ctx, lp: Loop, offset: int, chain: int | None = None) -> Ctx:
-        c = ctx.child()
-        c.static[lp.dim] = c.static.get(lp.dim, 0) + offset
-        c.static[loop_var(lp.var)] = offset
-        if chain is not None:
-            c.chain = chain
-        return c
+        return ctx.at(lp.dim, loop_var(lp.var), offset, chain)
 
     def _static_iteration(self, lp: Loop, ctx: Ctx, offset: int, chain: int | None = None) -> None:
         """The body of `lp` at `offset` (updating accumulator set `chain`, if given)."""
         self.gen(lp.body, self._with_offset(ctx, lp, offset, chain))
+
+    def _static_iterations(self, lp: Loop, ctx: Ctx, iterations: list[tuple[int, int]]) -> None:
+        """The body of `lp` at each (offset, accumulator set) of `iterations`, all of `lp`'s full
+        range `ctx` gives. The first is walked; when that only collected statement instances
+        (emitted nothing, flushed nothing), each other iteration with its accumulator set is
+        those instances moved by its offset: nothing the walk decides depends on the offsets,
+        only the instances' points do (and the accumulator of a point in a register block)."""
+        template = None           # (instances, offset, set) of the first iteration
+        for offset, chain in iterations:
+            if template is not None and chain == template[2]:
+                self.pending.extend(self._moved(template[0], lp, offset - template[1]))
+                continue
+            start, code, flushes = len(self.pending), len(self.em.asm), self.flushes
+            self._static_iteration(lp, ctx, offset, chain)
+            if template is None and (len(self.em.asm), self.flushes) == (code, flushes):
+                template = (self.pending[start:], offset, chain)
+
+    def _moved(self, instances: list[Instance], lp: Loop, delta: int) -> list[Instance]:
+        """`instances` collected under an iteration of `lp`, at the iteration `delta` further on."""
+        dim, var = lp.dim, loop_var(lp.var)
+        displacement = self.em.displacement
+        statics: dict[int, dict[str, int]] = {}     # instances at one point share its dict
+        out = []
+        for ins in instances:
+            static = statics.get(id(ins.static))
+            if static is None:
+                static = statics[id(ins.static)] = ins.static.copy()
+                static[dim] += delta
+                static[var] += delta
+            acc = None if ins.accs is None else ins.accs[displacement(ins.stmt.out, static)]
+            out.append(Instance(ins.stmt, static, ins.shape, acc, ins.blend, ins.accs))
+        return out
 
     # -- runtime loops -----------------------------------------------------------------
     def _streams_in(self, lp: Loop) -> set:
@@ -432,7 +505,7 @@ class SegmentCompiler:
             return False
         if not any(not indexes_output(stmt, inner) for inner in chain_below(lp)[1:]):
             return False
-        return subtree_size(self.tree, lp, ctx.ranges, self.width, self.plan) > ctx.budget
+        return self._subtree_size(lp, ctx.ranges) > ctx.budget
 
     def register_block(self, root: Loop, stmt: Compute, ctx: Ctx) -> None:
         self.flush()
@@ -507,7 +580,7 @@ class SegmentCompiler:
         if (along and stmt.reduce in REDUCE_IDENTITY and n_acc < self.target.accumulators
                 and 2 * n_acc <= max_accumulators(self.target, stmt)):
             sets = 2
-        body = sum(subtree_size(self.tree, n, body_ranges, self.width, self.plan) for n in found.body)
+        body = sum(self._subtree_size(n, body_ranges) for n in found.body)
         # a specialised tail does a small share of the work: half the unrolling there
         factor = UNROLL_REDUCTION if ctx.budget >= self.limit else max(sets, UNROLL_REDUCTION // 2)
         while factor > sets and factor * body > ctx.budget:
@@ -572,7 +645,7 @@ class SegmentCompiler:
                 return
             full, tail = trips(rng, lp.step)
             for it in range(full + (1 if tail else 0)):
-                c2 = self._with_offset(c, lp, it * lp.step)
+                c2 = self._with_offset(c, lp, it * lp.step).child()
                 c2.ranges[lp.dim] = lp.step if it < full else tail
                 rec(i + 1, c2)
 
@@ -633,42 +706,45 @@ class SegmentCompiler:
         if blk is not None and blk.stmt is stmt:
             disp = self.em.displacement(stmt.out, ctx.static)
             blend = (not blk.along_output) and shape.masked and not self.em.zero_safe(stmt, shape)
-            self.pending.append(Instance(stmt, ctx.static, shape, blk.acc_set(ctx.chain)[disp], blend))
+            accs = blk.acc_set(ctx.chain)
+            self.pending.append(Instance(stmt, ctx.static, shape, accs[disp], blend, accs))
         else:
             self.pending.append(Instance(stmt, ctx.static, shape))
 
     def flush_cache_only(self) -> None:
+        self.flushes += 1
         self.em.regs.flush_cache()
 
     def flush(self) -> None:
         """Emit the collected straight-line instances."""
+        self.flushes += 1
         if not self.pending:
             return
         em = self.em
         todo, self.pending = self.pending, []
         em.regs.flush_cache()
         versions: dict[str, int] = {}
-        snapshots = []
+        snapshots = []          # per instance: (stores so far per buffer, its load keys)
         for position, ins in enumerate(todo):
-            em.versions = dict(versions)
-            snapshots.append(em.versions)
+            em.versions = versions     # replaced, never changed, at each store: a snapshot
             exprs = [ins.stmt.expr]
             if ins.acc is None:
                 if ins.stmt.post is not None:
                     exprs.append(ins.stmt.post)
                 if isinstance(ins.stmt.init, (Load,)):
                     exprs.append(ins.stmt.init)
-            em.count_loads(ins.stmt, ins.static, ins.shape, exprs, position)
+            snapshots.append((em.versions, em.count_loads(ins.stmt, ins.static, ins.shape, exprs, position)))
             if ins.acc is None:      # block accumulators are stored after the region
+                versions = dict(versions)
                 versions[ins.stmt.out.buffer] = versions.get(ins.stmt.out.buffer, 0) + 1
-        for ins, snap in zip(todo, snapshots):
-            em.versions = snap
+        for ins, (em.versions, em.instance_keys) in zip(todo, snapshots):
             em.begin(ins.stmt)
             if ins.acc is not None:
                 em.accumulate(ins.acc, ins.stmt, ins.static, ins.shape, ins.blend)
             else:
                 self._memory_instance(ins)
         em.versions = {}
+        em.instance_keys = {}
         em.regs.flush_cache()
         em.drop_masks()
 

@@ -64,10 +64,17 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
     nest right after it; both iterate the output loops found between that loop and the
     statement. Other statements in the loop are untouched."""
     counter = [0]
+    plans: dict[int, object] = {}       # id(loop) -> its vector plan: the pass asks per enclosing loop
+
+    def plan_once(t: LoopTree, lp: Loop):
+        key = id(lp)
+        if key not in plans:
+            plans[key] = plan_of(t, lp)
+        return plans[key]
 
     def needs_split(stack, stmt) -> bool:
         return (stmt.reduce is not None and (stmt.init is not None or stmt.post is not None)
-                and not init_post_fusable(tree, stack, stmt, lanes, max_acc, plan_of))
+                and not init_post_fusable(tree, stack, stmt, lanes, max_acc, plan_once))
 
     def rebuild(nodes, stack):
         out = []
@@ -78,7 +85,10 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
             here = stack + (node,)
             todo = [(st, s) for st, s in _computes_under(node, here)
                     if _outermost_reduction(s, st) is node and needs_split(st, s)]
-            new = replace(node, body=tuple(rebuild(node.body, here)))
+            body = rebuild(node.body, here)
+            # an unchanged nest stays the same object (with the facts kept on it: ir._derived)
+            same = len(body) == len(node.body) and all(a is b for a, b in zip(body, node.body))
+            new = node if same else replace(node, body=tuple(body))
             if not todo:
                 out.append(new)
                 continue
@@ -96,7 +106,10 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
             out.extend(post)
         return out
 
-    return LoopTree(tree.buffers, tree.dims, tuple(rebuild(tree.body, ())))
+    body = rebuild(tree.body, ())
+    if len(body) == len(tree.body) and all(a is b for a, b in zip(body, tree.body)):
+        return tree
+    return LoopTree(tree.buffers, tree.dims, tuple(body))
 
 
 def _outermost_reduction(stmt: Compute, stack) -> Loop | None:

@@ -102,6 +102,8 @@ def check_annotations(tree, action=None) -> None:
     for a tensorized instruction."""
     what = "schedule" if action is None else action.kind + "".join(
         f" L{a}" if isinstance(a, int) else f" {a!r}" for a in action.args)
+    if not any(ns.annotations or ns.tensorize for _, ns in tree.schedule):
+        return          # nothing to check: the tree stays unbuilt (a schedule's intermediate trees)
     g = tree.graph
     vectorized = False
     for it in tree.items:
@@ -204,16 +206,18 @@ _BUILT = frozenset({"sequence", "roots", "items", "_paths", "_leaf"})    # what 
 class LoopTree:
     """An immutable loop tree over a graph and its schedule."""
 
-    def __init__(self, graph: Graph, schedule, actions=(), _dependencies=None):
+    def __init__(self, graph: Graph, schedule, actions=(), _dependencies=None, _checked=None):
         self.graph = graph
         self.schedule = tuple(sorted(schedule, key=lambda p: p[0]))
         self.actions = tuple(actions)
         self._sched = dict(self.schedule)
         # a mutation that keeps the graph passes its dependencies on (the tuner builds
-        # thousands of trees over one graph)
+        # thousands of trees over one graph), and the node schedules checked in the tree it
+        # changed (`_checked`): a mutation changes one or two of them
         self._deps, self._shifted = _dependencies or dependencies(graph)
+        checked = _checked or {}
         for n in graph.nodes:
-            if n.op in SCHEDULED:
+            if n.op in SCHEDULED and checked.get(n.id) is not self._sched[n.id]:
                 check_order(graph, n, self._sched[n.id].order)
         # the loops and refs (_BUILT) are built on first use, by __getattr__: a schedule generator
         # chains mutations whose intermediate trees nobody looks at
@@ -397,8 +401,9 @@ class LoopTree:
         g = graph if graph is not None else self.graph
         s = sched if sched is not None else self._sched
         acts = self.actions + ((action,) if action is not None else ())
-        deps = (self._deps, self._shifted) if g is self.graph else None
-        tree = LoopTree(g, tuple(s.items()), acts, deps)
+        same = g is self.graph
+        tree = LoopTree(g, tuple(s.items()), acts, (self._deps, self._shifted) if same else None,
+                        self._sched if same else None)
         check_annotations(tree, action)
         return tree
 
@@ -421,9 +426,13 @@ class LoopTree:
 
     # ------------------------------------------------------------------ compilation
     def lower(self):
-        from .lower import lower
+        """The loop-tree IR of this tree, built once (the tree is immutable)."""
+        ir = self.__dict__.get("_lowered")
+        if ir is None:
+            from .lower import lower
 
-        return lower(self)
+            ir = self._lowered = lower(self)
+        return ir
 
     def compile(self, target=None):
         from .run import compile_tree

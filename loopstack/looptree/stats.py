@@ -12,6 +12,7 @@ of d at a statement is the sum of the offsets of its enclosing loops over d.
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 from ..dtypes import dtype as _dtype
@@ -56,7 +57,14 @@ def dim_chains(stack: Sequence[Loop]) -> dict[str, list[Loop]]:
 
 def chain_bounds(size: int, steps: Sequence[int], coeffs: Sequence[int]) -> tuple[int, int] | None:
     """Exact (min, max) of sum(coeff_i * offset_i) over the offsets a chain of loops over one
-    dimension of `size` takes (outermost first), or None when the chain runs no iteration.
+    dimension of `size` takes (outermost first), or None when the chain runs no iteration:
+    see _chain_bounds (kept per chain: every access of a nest asks for the same few chains)."""
+    return _chain_bounds(size, tuple(steps), tuple(coeffs))
+
+
+@functools.lru_cache(maxsize=4096)
+def _chain_bounds(size: int, steps: tuple[int, ...], coeffs: tuple[int, ...]) -> tuple[int, int] | None:
+    """The bounds chain_bounds returns.
 
     The inner range shrinks only in the tail iteration, and a larger range reaches a superset
     of offsets, so at each level the extremes come from offset 0, the last full iteration or

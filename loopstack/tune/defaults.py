@@ -51,6 +51,7 @@ for the program on this target (`best_known_schedule`) when one was recorded, el
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 __all__ = ["default_schedule", "best_known_schedule", "chosen_schedule", "schedule_for", "BlockChoice", "plan",
@@ -164,6 +165,12 @@ def rank_blocks(row_extent: int, vec_vectors: int, tgt, depthwise=False, packed=
 
     `packed`: the reduced operand is staged in panels of the block's width, so a block whose
     width is not a whole number of cache lines does not split lines."""
+    return list(_ranked_blocks(row_extent, vec_vectors, tgt, bool(depthwise), bool(packed)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ranked_blocks(row_extent: int, vec_vectors: int, tgt, depthwise: bool, packed: bool) -> tuple:
+    """rank_blocks, once per output shape and target (a network's layers share them)."""
     ranked = []
     widest = tgt.vector_registers if depthwise else MAX_BLOCK_VECTORS
     for nv in range(1, min(vec_vectors, widest) + 1):
@@ -181,7 +188,7 @@ def rank_blocks(row_extent: int, vec_vectors: int, tgt, depthwise=False, packed=
                 key = (round(eff, 3), mr * nv, -_dense_loads(mr, nv, tgt) / (mr * nv), nv)
             ranked.append((key, BlockChoice(None, mr, nv, eff)))
     ranked.sort(key=lambda kb: kb[0], reverse=True)
-    return [b for _, b in ranked]
+    return tuple(b for _, b in ranked)
 
 
 def choose_block(row_extent: int, vec_vectors: int, tgt, depthwise=False, packed=False) -> BlockChoice:

@@ -16,9 +16,9 @@ from loopstack.isa.x86.assembler import Assembler, format_operand
 from loopstack.isa.x86.encode import encode
 from loopstack.isa.x86.forms import FORMS, LOOKUP
 from loopstack.isa.x86.operands import (GPR8, GPR32, GPR64, K, NOT_TEMPLATED, RIP, TMM, XMM, YMM, ZMM, Gpr,
-                                        Label, MaskReg, Mem, Tmm, Vec, cl, eax, k1, k2, r8, r12, r13, rax, rbp,
-                                        rbx, rcx, rdi, rdx, rsi, rsp, xmm0, ymm0, ymm1, ymm2, ymm3, ymm8,
-                                        zmm0, zmm1, zmm2, zmm3, zmm29, zmm30, zmm31)
+                                        Label, MaskReg, Mem, Tmm, Vec, cl, eax, k1, k2, k7, r8, r12, r13, rax,
+                                        rbp, rbx, rcx, rdi, rdx, rsi, rsp, xmm0, xmm3, ymm0, ymm1, ymm2, ymm3,
+                                        ymm8, zmm0, zmm1, zmm2, zmm3, zmm8, zmm9, zmm17, zmm29, zmm30, zmm31)
 
 iced = pytest.importorskip("iced_x86")
 capstone = pytest.importorskip("capstone")
@@ -503,6 +503,35 @@ def test_rip_relative_constant_pool():
     assert targets == [c.label.offset, one.label.offset, one.label.offset]
 
 
+def test_rip_relative_instructions_kept_per_assembler_match_the_encoders():
+    """An instruction reading the constant pool is kept by its assembler and copied when emitted
+    again, anywhere in the function (its disp32 is patched after layout); a Mem of another size
+    or broadcast on the same constant, or another register, is another instruction."""
+    asm = Assembler()
+    one = asm.const_broadcast(1.0)
+    full = asm.const(bytes(64), align=64)
+    program = [("vmaxps", zmm8, zmm8, full.with_bits(512)), ("vaddps", zmm1, zmm2, Mem(RIP, label=one.label).bcst(32)),
+               ("vbroadcastss", ymm1, one.with_bits(32)), ("vmaxps", zmm9, zmm8, full.with_bits(512)),
+               ("vmaxps", ymm8, ymm8, full.with_bits(256))]
+    for round_ in range(3):
+        for mnemonic, *ops in program:
+            asm.emit(mnemonic, *ops)
+        skip = asm.label()
+        asm.jmp(skip)                                   # a branch between the rounds moves the rest
+        asm.emit("vzeroupper")
+        asm.bind(skip)
+    asm.ret()
+    code = asm.bytes()
+    insns = list(iced.Decoder(64, code[:asm.code_size]))
+    expected = [full.label.offset, one.label.offset, one.label.offset, full.label.offset, full.label.offset]
+    assert [ins.ip_rel_memory_address for ins in insns if ins.is_ip_rel_memory_operand] == expected * 3
+    fresh = [encode(LOOKUP[(mn,) + tuple(_kind(o) for o in ops)], *ops) for mn, *ops in program]
+    starts = [ins.ip for ins in insns if ins.is_ip_rel_memory_operand]
+    for i, start in enumerate(starts):     # the same bytes as the encoder's but for the disp32
+        want = fresh[i % len(program)]
+        assert code[start:start + len(want) - 4] == want[:-4]
+
+
 def test_listing_and_len():
     asm = Assembler()
     top = asm.label("loop")
@@ -627,7 +656,14 @@ def test_template_codes_and_shapes():
     regs = GPR64 + GPR32 + GPR8 + XMM + YMM + ZMM + K
     codes = {r._template_code for r in regs}
     assert len(codes) == len(regs) and None not in codes
-    assert Vec(3, 256)._template_code is None and ymm3.masked(k1)._template_code is None
+    assert Vec(3, 256)._template_code is None and Vec(3, 256).masked(k1)._template_code is None
+    assert ymm3.masked(MaskReg(1))._template_code is None
+    # a masked interned register is interned with a code of its own, one per (register, k, {z})
+    masked = [r.masked(k, z) for r in (ymm3, zmm3, zmm17, xmm3) for k in (k1, k2) for z in (False, True)]
+    masked_codes = {m._template_code for m in masked}
+    assert len(masked_codes) == len(masked) and not masked_codes & codes and None not in masked_codes
+    assert all(r.masked(k, z) is r.masked(k, z) for r in (zmm3, ymm3) for k in (k1, k7) for z in (False, True))
+    assert zmm3.masked(k1) == Vec(3, 512, k1) and zmm3.masked(k1, True) == Vec(3, 512, k1, True)
     base = Mem(rdi, rax, 4, 64, 512, False, None, k1)
     others = [_replaced(base, **{field: value}) for field, value in (
         ("base", rsi), ("index", rcx), ("index", None), ("scale", 8), ("bits", 256), ("bits", None),

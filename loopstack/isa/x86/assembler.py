@@ -203,10 +203,12 @@ class Assembler:
         self._buf = bytearray()
         self._joined = 0
         self._branches: list[tuple] = []  # (buf position, mnemonic, label)
+        self._branch_entries: list[int] = []    # where each branch is in the log
         self._labels: dict[Label, tuple[int, int]] = {}   # label -> (buf position, branches before)
         self._fixups: list[tuple] = []    # (disp pos, insn end, branches before, label, addend)
         self._consts: list[tuple] = []    # (label, data, align)
         self._const_index: dict[tuple, Mem] = {}
+        self._rip_kept: dict[tuple, tuple] = {}   # see _rip_relative
         self._nlabels = 0
 
     # --- instructions ----------------------------------------------------------------------
@@ -262,12 +264,34 @@ class Assembler:
         from its memory template if it has one (and then kept), else encoded."""
         heads = _HEADS.get(key[:-1]) if table is _KEPT_MEM else None
         if heads is None:
+            if table is _KEPT_MEM:
+                m = ops[-1] if type(ops[-1]) is Mem else ops[0]
+                if m.label is not None and None not in key:
+                    self._rip_relative(mnemonic, ops, (key, m._fields()))
+                    return
             self._encode(mnemonic, ops, table, key)
             return
         m = ops[-1] if type(ops[-1]) is Mem else ops[0]          # a load's Mem, or a store's
         kept = (finish_mem(heads, m), (mnemonic, *ops))
         _remember(_KEPT_MEM, key, kept)
         self._log.append(kept)
+
+    def _rip_relative(self, mnemonic: str, ops: tuple, key: tuple) -> None:
+        """An instruction reading a constant of this function's pool (a rip-relative Mem with a
+        label), kept per assembler under `key` (its registers' codes and the Mem's fields): its
+        bytes do not depend on where it is, the disp32 is patched after layout."""
+        kept = self._rip_kept.get(key)
+        if kept is None:
+            fixups = len(self._fixups)
+            self._encode(mnemonic, ops, _KEPT_MEM, None)
+            if len(self._fixups) > fixups:
+                dpos, end, _, label, addend = self._fixups[-1]
+                self._rip_kept[key] = (self._log[-1], end - dpos, label, addend)
+            return
+        entry, tail, label, addend = kept
+        self._log.append(entry)
+        end = self._position()
+        self._fixups.append((end - tail, end, len(self._branches), label, addend))
 
     def _encode(self, mnemonic: str, ops: tuple, table: dict, key: tuple | None) -> None:
         """Form lookup and encoder; the result is kept in `table` under `key` when that names the
@@ -278,6 +302,7 @@ class Assembler:
         enc, f, heads, _ = entry
         if enc is None:
             self._branches.append((self._position(), mnemonic, ops[0]))
+            self._branch_entries.append(len(self._log))
             self._log.append((b"", (mnemonic, *ops)))
             return
         buf = bytearray()
@@ -304,6 +329,39 @@ class Assembler:
 
     def __len__(self) -> int:
         return len(self._log)
+
+    def with_head(self, head: "Assembler", start: int, rename=lambda name: name) -> "Assembler | None":
+        """A copy of this function whose first `start` instructions are `head`'s instead (a
+        prologue loading other argument slots), its labels renamed by `rename`; None unless both
+        are plain instructions (no branches, labels or constants in `head`, no branch or label
+        among the replaced). Everything after them moves by the difference in length: branches
+        and labels keep their distances, the constant pool is aligned again by `bytes()`, and
+        its labels are shared (their offsets are set from the layout of the assembler that
+        `bytes()` is called on)."""
+        if head._branches or head._labels or head._consts or head._fixups:
+            return None
+        old = sum(len(code) for code, _ in self._log[:start])
+        if (self._branch_entries and self._branch_entries[0] < start) or any(
+                pos < old for pos, _ in self._labels.values()):
+            return None
+        shift = sum(len(code) for code, _ in head._log) - old
+        labels = {lab: Label(rename(lab.name)) for lab in self._labels}
+        moved = len(head._log) - start           # log entries move by this much
+        log = head._log + self._log[start:]
+        for i in self._branch_entries:           # branches to a renamed label
+            code, insn = log[i + moved]
+            log[i + moved] = code, (insn[0], *(labels.get(o, o) if type(o) is Label else o for o in insn[1:]))
+        out = Assembler()
+        out._log = log
+        out._branches = [(pos + shift, mn, labels.get(lab, lab)) for pos, mn, lab in self._branches]
+        out._branch_entries = [i + moved for i in self._branch_entries]
+        out._labels = {labels[lab]: (pos + shift, nb) for lab, (pos, nb) in self._labels.items()}
+        out._consts = list(self._consts)
+        out._const_index = dict(self._const_index)
+        out._fixups = [(dpos + shift, end + shift, nb, labels.get(lab, lab), addend)
+                       for dpos, end, nb, lab, addend in self._fixups]
+        out._nlabels = self._nlabels
+        return out
 
     # --- labels ----------------------------------------------------------------------------
 

@@ -61,7 +61,16 @@ class Vec:
         return {128: "xmm", 256: "ymm", 512: "zmm"}[self.bits] + str(self.num)
 
     def masked(self, k: "MaskReg", zero: bool = False) -> "Vec":
-        return Vec(self.num, self.bits, k, zero)
+        if self._template_code is None or k._template_code is None or type(zero) is not bool:
+            return Vec(self.num, self.bits, k, zero)
+        # an interned register under an interned k register: interned too, with a template code
+        # of its own (see "Template codes"), so that masked instructions are kept as others are
+        key = (self._template_code, k._template_code, zero)
+        v = _MASKED.get(key)
+        if v is None:
+            v = _MASKED[key] = Vec(self.num, self.bits, k, zero)
+            _set_attribute(v, "_template_code", _MASKED_CODES + len(_MASKED))
+        return v
 
     @property
     def x(self) -> "Vec":
@@ -270,9 +279,9 @@ globals().update({r.name: r for r in GPR32 + GPR8 + XMM + YMM + ZMM + K + TMM})
 # Template codes. The assembler keeps the bytes of instructions it has encoded under keys made
 # of the mnemonic and one small int per operand (small ints hash and compare fastest):
 #   - Each register object above (rax, eax, al, xmm3, ymm3, zmm3, k1, tmm0, ...) has its own template
-#     code, 1 to 160, set once here. Other register objects, e.g. Vec(3, 256) or
-#     zmm1.masked(k1), keep the class value None, and an instruction with one of those is
-#     encoded in full every time.
+#     code, 1 to 160, set once here, and each masked one made from them (zmm1.masked(k1)) its
+#     own from _MASKED_CODES on. Other register objects, e.g. Vec(3, 256), keep the class value
+#     None, and an instruction with one of those is encoded in full every time.
 #   - A Mem's template shape packs its base, index, scale, size, broadcast and mask into
 #     _SHAPE_BITS bits, the top one set so that no shape is a register code; the assembler puts
 #     the displacement next to it. `Mem.__init__` works it out from the field values below,
@@ -283,6 +292,12 @@ globals().update({r.name: r for r in GPR32 + GPR8 + XMM + YMM + ZMM + K + TMM})
 # Both stand for the operand's value, not for the object, so a copy (pickled, say) may keep them.
 for _code, _reg in enumerate(GPR64 + GPR32 + GPR8 + XMM + YMM + ZMM + K + TMM, start=1):
     _set_attribute(_reg, "_template_code", _code)
+
+# The masked registers (zmm3{k1}, zmm3{k1}{z}, ...) of interned registers are interned when first
+# asked for (Vec.masked), numbered from _MASKED_CODES on: above every register's code, below every
+# Mem shape (_SHAPE_TAG), as the at most 96 x 8 x 2 of them fit between.
+_MASKED: dict[tuple, Vec] = {}
+_MASKED_CODES = 1024
 
 NOT_TEMPLATED = "not templated"         # a str: it pickles as itself and is no register code
 _SHAPE_BITS = 19
