@@ -97,7 +97,13 @@ def dequantize(x, scale, zero_point=None, axis: int = 1, block_size: int = 0) ->
     x = np.asarray(x)
     s = per_axis(np.asarray(scale, np.float32), x.shape, axis, block_size, "scale")
     z = 0 if zero_point is None else per_axis(zero_point, x.shape, axis, block_size, "zero point")
-    return (x.astype(np.int32) - np.asarray(z, np.int32)).astype(np.float32) * s
+    if x.dtype.itemsize == 1:     # x - z is exact in float32: one pass fewer
+        y = x.astype(np.float32)
+        y -= np.asarray(z, np.float32)
+    else:
+        y = (x.astype(np.int32) - np.asarray(z, np.int32)).astype(np.float32)
+    y *= s
+    return y
 
 
 def quantize(x, scale, zero_point, dtype: str, axis: int = 1, block_size: int = 0) -> np.ndarray:
@@ -107,8 +113,14 @@ def quantize(x, scale, zero_point, dtype: str, axis: int = 1, block_size: int = 
     z = 0 if zero_point is None else per_axis(zero_point, x.shape, axis, block_size, "zero point")
     info = np.iinfo(dtype)
     with np.errstate(all="ignore"):
-        q = np.rint(x / s).astype(np.float64) + np.asarray(z, np.float64)
-    return np.clip(np.nan_to_num(q), info.min, info.max).astype(dtype)
+        q = np.divide(x, s, dtype=np.float32)
+        np.rint(q, out=q)
+        # + z is exact in float32 wherever the result is not saturated anyway (|q| < 2**24)
+        q += np.asarray(z, np.float32)
+        np.clip(q, info.min, info.max, out=q)
+    if np.isnan(q).any():
+        q = np.nan_to_num(q)
+    return q.astype(dtype)
 
 
 # ---------------------------------------------------------------------------- the trees

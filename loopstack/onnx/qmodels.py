@@ -4,6 +4,7 @@
                               Conv+Relu, depthwise Conv, strided 1x1 Conv, Flatten, MatMul
     quantize(model, inputs)   an fp32 model of models.py quantized by onnxruntime.quantization
                               (QDQ, per-channel int8 weights, uint8 activations), calibrated on `inputs`
+    resnet18_int8()           ResNet-18 (batch 1, 224x224) quantized so: the nets bench's int8 row
 """
 from __future__ import annotations
 
@@ -107,3 +108,14 @@ def quantize(model, inputs: list, per_channel: bool = True):
         quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
         return onnx.load(dst)
+
+
+def resnet18_int8(resolution: int = 224, calibration: int = 2, seed: int = 0):
+    """models.resnet18 quantized statically (QDQ) on `calibration` standard-normal inputs, the
+    distribution the nets bench feeds it."""
+    from .models import resnet18
+
+    rng = np.random.default_rng(seed)
+    shape = (1, 3, resolution, resolution)
+    return quantize(resnet18(resolution), [{"input": rng.standard_normal(shape, np.float32)}
+                                           for _ in range(calibration)])
