@@ -309,14 +309,25 @@ def matmul_kernel(a_buffer: str, a_dtype: str, batch: int, M: int, Kd: int, b: n
         t.nest(*reversed(_own_dims(t, rowsum, [*bd, "m", "k"])))
         init = Binary("sub", init, Binary("mul", Load(access("bz", "n")), Load(access("Sa", *bd, "m"))))
     scale = None if ep.dtype == "int32" else np.asarray(ep.scale, np.float32)
+    out = Buffer("C", ep.dtype, (batch,) * len(bd) + (M, N), "output")
+    product = Binary("mul", Load(aacc), Load(bacc))
+    if scale is not None and scale.ndim == 2:
+        # A quantized per row: a scale per (row, column), applied by a statement of its own on
+        # the int32 sums (the tensorized block's store takes a scale per column)
+        t.const("scale", scale)
+        t.temps.append(Buffer("S32", "int32", out.shape, "temp"))
+        t.nest([*bd, "m", "n", "k"], Compute("S32", access("S32", *bd, "m", "n"), product, reduce="add", init=init))
+        store = Compute("C", access("C", *bd, "m", "n"), Load(access("S32", *bd, "m", "n")),
+                        requant=Requant(Load(access("scale", "m", "n")), int(ep.zero_point)))
+        t.nest(*reversed(_own_dims(t, store, [*bd, "m", "n"])))
+        return t.build(out), (batch, M, N)
     requant = None
     if scale is not None:
         if scale.size == 1:
             requant = Requant(Const(float(scale.reshape(()))), int(ep.zero_point))
-        else:    # [N], or [M, N] where A is quantized per row
-            t.const("scale", scale)
-            requant = Requant(Load(access("scale", *(("m",) if scale.ndim == 2 else ()), "n")), int(ep.zero_point))
-    out = Buffer("C", ep.dtype, (batch,) * len(bd) + (M, N), "output")
-    t.nest([*bd, "m", "n", "k"], Compute("C", access("C", *bd, "m", "n"), Binary("mul", Load(aacc), Load(bacc)),
-                                         reduce="add", init=init, requant=requant))
+        else:    # per column
+            t.const("scale", scale.reshape(-1))
+            requant = Requant(Load(access("scale", "n")), int(ep.zero_point))
+    t.nest([*bd, "m", "n", "k"], Compute("C", access("C", *bd, "m", "n"), product, reduce="add", init=init,
+                                         requant=requant))
     return t.build(out), (batch, M, N)

@@ -4,7 +4,7 @@ QuantizeLinear / DequantizeLinear steps."""
 import numpy as np
 import onnxruntime as ort
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -64,8 +64,11 @@ def qconvs(draw):
     hw = [draw(st.integers((k[i] - 1) * dil[i] + 1, 8)) for i in range(2)]
     x_dt = draw(st.sampled_from(["uint8", "int8"]))
     w_dt = draw(st.sampled_from(["int8", "int8", "uint8"])) if x_dt == "uint8" else "int8"
+    if draw(st.integers(0, 4)) == 0:       # a 1-D convolution
+        k, stride, dil, pads, hw = k[1:], stride[1:], dil[1:], pads[1::2], hw[1:]
     # onnxruntime's QLinearConv writes the activations' dtype
     return dict(groups=groups, cg=cg, kg=kg, k=k, stride=stride, dil=dil, pads=pads, hw=hw, x_dt=x_dt, w_dt=w_dt,
+                auto_pad=draw(st.sampled_from(["NOTSET", "NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"])),
                 y_dt=x_dt, per_channel=draw(st.booleans()),
                 w_zp=draw(st.booleans()), bias=draw(st.booleans()), batch=draw(st.sampled_from([1, 1, 2])),
                 seed=draw(st.integers(0, 2 ** 16)))
@@ -81,11 +84,17 @@ def qconv_model(p, rng, integer=False):
         np.zeros((K,) if p["per_channel"] else (), p["w_dt"])
     if p["x_dt"] == "int8" or p["w_dt"] == "int8" and not integer:
         w_zp = np.zeros_like(w_zp)
-    attrs = dict(kernel_shape=p["k"], strides=p["stride"], dilations=p["dil"], group=p["groups"], pads=p["pads"])
+    attrs = dict(kernel_shape=p["k"], strides=p["stride"], dilations=p["dil"], group=p["groups"])
+    if p.get("auto_pad", "NOTSET") == "NOTSET":
+        attrs["pads"] = p["pads"]
+    else:
+        attrs["auto_pad"] = p["auto_pad"]
+        if p["auto_pad"] != "VALID":       # onnxruntime: no dilation with SAME padding
+            attrs.pop("dilations")
     if integer:
         node = helper.make_node("ConvInteger", ["x", "w", "x_zp", "w_zp"], ["y"], **attrs)
         return model([node], {"x": x}, "int32", [("w", w), ("x_zp", x_zp), ("w_zp", w_zp)], opset=10), {"x": x}
-    taps = p["cg"] * p["k"][0] * p["k"][1]
+    taps = p["cg"] * int(np.prod(p["k"]))
     x_s = np.float32(rng.uniform(0.005, 0.05))
     w_s = rng.uniform(0.005, 0.05, (K,) if p["per_channel"] else ()).astype(np.float32)
     # an output scale that spreads the sums over the output range, with some saturation
@@ -117,6 +126,32 @@ def test_conv_integer_matches_onnxruntime(p):
     rng = np.random.default_rng(p["seed"])
     m, inputs = qconv_model(p, rng, integer=True)
     check_exact(m, inputs)
+
+
+def reference_run(m, inputs):
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(m).run(None, inputs)[0]
+
+
+@settings(max_examples=15, deadline=None)
+@given(qconvs(), st.sampled_from(["uint8", "int8"]))
+def test_conv_integer_with_any_zero_points_matches_the_onnx_reference(p, w_dt):
+    """Every zero point onnxruntime's kernels decline: int8 activations, per-channel and non-zero
+    weight zero points of either dtype (ONNX's reference evaluator is the oracle; int32 out)."""
+    assume(len(p["k"]) == 2)     # the reference evaluator's 1-D ConvInteger mis-broadcasts a per-channel zero point
+    p = dict(p, w_dt=w_dt, w_zp=True)
+    rng = np.random.default_rng(p["seed"])
+    C, K = p["groups"] * p["cg"], p["groups"] * p["kg"]
+    x = ints(rng, p["x_dt"], (p["batch"], C, *p["hw"]))
+    w = ints(rng, w_dt, (K, p["cg"], *p["k"]))
+    inits = [("w", w), ("x_zp", ints(rng, p["x_dt"], ())), ("w_zp", ints(rng, w_dt, (K,) if p["per_channel"] else ()))]
+    attrs = dict(kernel_shape=p["k"], strides=p["stride"], dilations=p["dil"], group=p["groups"], pads=p["pads"])
+    m = model([helper.make_node("ConvInteger", ["x", "w", "x_zp", "w_zp"], ["y"], **attrs)], {"x": x}, "int32", inits,
+              opset=10)
+    want = reference_run(m, {"x": x})
+    got = lt.onnx.compile(m).run({"x": x})["y"]
+    assert got.dtype == np.int32 and np.array_equal(got, want)
 
 
 # ---------------------------------------------------------------------------- matrix products
@@ -164,6 +199,48 @@ def test_matmul_integer_matches_onnxruntime(p):
     rng = np.random.default_rng(p["seed"])
     m, inputs = qmatmul_model(p, rng, integer=True)
     check_exact(m, inputs)
+
+
+@settings(max_examples=15, deadline=None)
+@given(qmatmuls(), st.sampled_from(["uint8", "int8"]), st.booleans())
+def test_matmul_integer_with_any_zero_points_matches_the_onnx_reference(p, b_dt, per_row):
+    """int8 A, either B dtype, a zero point per row of A and per column of B (numpy's int64
+    arithmetic is the oracle: onnxruntime takes one A zero point, and the reference evaluator
+    subtracts a per-row one along the wrong axis)."""
+    rng = np.random.default_rng(p["seed"])
+    a = ints(rng, p["a_dt"], (*p["batch"], p["m"], p["k"]))
+    b = ints(rng, b_dt, (p["k"], p["n"]))
+    a_zp = ints(rng, p["a_dt"], (p["m"],) if per_row else ())
+    b_zp = ints(rng, b_dt, (p["n"],) if p["per_column"] else ())
+    inits = [("b", b), ("a_zp", a_zp), ("b_zp", b_zp)]
+    m = model([helper.make_node("MatMulInteger", ["a", "b", "a_zp", "b_zp"], ["y"])], {"a": a}, "int32", inits,
+              opset=10)
+    want = ((a.astype(np.int64) - np.asarray(a_zp, np.int64).reshape(-1, 1)) @ (b.astype(np.int64) - b_zp)
+            ).astype(np.int32)
+    got = lt.onnx.compile(m).run({"a": a})["y"]
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+@settings(max_examples=10, deadline=None)
+@given(qmatmuls())
+def test_qlinear_matmul_quantized_per_row_matches_numpy(p):
+    """A scale and zero point per row of A (which onnxruntime's kernel declines), per-column B:
+    numpy's int64 sums, requantized as onnxruntime requantizes (float32 multiplier a_s*b_s/y_s)."""
+    rng = np.random.default_rng(p["seed"])
+    M, N, K = p["m"], p["n"], p["k"]
+    a, b = ints(rng, p["a_dt"], (*p["batch"], M, K)), ints(rng, p["b_dt"], (K, N))
+    a_s, a_zp = rng.uniform(0.005, 0.05, M).astype(np.float32), ints(rng, p["a_dt"], (M,))
+    b_s, b_zp = rng.uniform(0.005, 0.05, N).astype(np.float32), ints(rng, p["b_dt"], (N,))
+    y_s, y_zp = np.float32(0.05 * np.sqrt(K) / 64), ints(rng, p["y_dt"], ())
+    inits = [("a_s", a_s), ("a_zp", a_zp), ("b", b), ("b_s", b_s), ("b_zp", b_zp), ("y_s", y_s), ("y_zp", y_zp)]
+    node = helper.make_node("QLinearMatMul", ["a", "a_s", "a_zp", "b", "b_s", "b_zp", "y_s", "y_zp"], ["y"])
+    m = model([node], {"a": a}, p["y_dt"], inits, opset=10)
+    acc = (a.astype(np.int64) - a_zp.astype(np.int64)[:, None]) @ (b.astype(np.int64) - b_zp.astype(np.int64))
+    mult = (a_s[:, None] * b_s[None, :]) / y_s
+    info = np.iinfo(p["y_dt"])
+    want = np.clip(np.rint(acc.astype(np.float32) * mult) + int(y_zp), info.min, info.max).astype(p["y_dt"])
+    got = lt.onnx.compile(m).run({"a": a})["y"]
+    assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 # ---------------------------------------------------------------------------- the kernels they run on
