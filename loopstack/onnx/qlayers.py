@@ -57,13 +57,13 @@ class _HostKernel:
         self.fn = fn
 
     def __call__(self, *arrays):
-        out = arrays[-1]
-        out[...] = self.fn(*arrays[:-1]).reshape(out.shape)
+        self.fn(*arrays)
 
 
 @dataclass(eq=False)
 class HostStep:
-    """A layer computed by a numpy function of its input buffers (element-wise quantization)."""
+    """A layer computed by a numpy function of its input buffers and its output buffer, which it
+    writes (element-wise quantization)."""
     fn: object
     args: list
 
@@ -92,22 +92,23 @@ def per_axis(param: np.ndarray, shape, axis: int, block_size: int, what: str) ->
     return np.repeat(param, block_size, axis=axis)[tuple(slice(0, s) for s in shape)]
 
 
-def dequantize(x, scale, zero_point=None, axis: int = 1, block_size: int = 0) -> np.ndarray:
-    """(x - zero_point) * scale in float32, as onnxruntime computes it."""
+def dequantize(x, scale, zero_point=None, axis: int = 1, block_size: int = 0, out=None) -> np.ndarray:
+    """(x - zero_point) * scale in float32, as onnxruntime computes it (into `out` if given)."""
     x = np.asarray(x)
     s = per_axis(np.asarray(scale, np.float32), x.shape, axis, block_size, "scale")
     z = 0 if zero_point is None else per_axis(zero_point, x.shape, axis, block_size, "zero point")
-    if x.dtype.itemsize == 1:     # x - z is exact in float32: one pass fewer
-        y = x.astype(np.float32)
-        y -= np.asarray(z, np.float32)
+    y = np.empty(x.shape, np.float32) if out is None else out
+    if x.dtype.itemsize == 1:     # x - z is exact in float32, computed as the bytes are read
+        np.subtract(x, np.asarray(z, np.float32), out=y, dtype=np.float32)
     else:
-        y = (x.astype(np.int32) - np.asarray(z, np.int32)).astype(np.float32)
-    y *= s
+        np.copyto(y, x.astype(np.int64) - np.asarray(z, np.int64), casting="unsafe")
+    np.multiply(y, s, out=y)
     return y
 
 
-def quantize(x, scale, zero_point, dtype: str, axis: int = 1, block_size: int = 0) -> np.ndarray:
-    """saturate(round_half_even(x / scale) + zero_point) in `dtype` (x / scale in float32)."""
+def quantize(x, scale, zero_point, dtype: str, axis: int = 1, block_size: int = 0, out=None) -> np.ndarray:
+    """saturate(round_half_even(x / scale) + zero_point) in `dtype` (x / scale in float32; into
+    `out` if given). A NaN quantizes to an unspecified value of the range."""
     x = np.asarray(x, np.float32)
     s = per_axis(np.asarray(scale, np.float32), x.shape, axis, block_size, "scale")
     z = 0 if zero_point is None else per_axis(zero_point, x.shape, axis, block_size, "zero point")
@@ -116,11 +117,12 @@ def quantize(x, scale, zero_point, dtype: str, axis: int = 1, block_size: int = 
         q = np.divide(x, s, dtype=np.float32)
         np.rint(q, out=q)
         # + z is exact in float32 wherever the result is not saturated anyway (|q| < 2**24)
-        q += np.asarray(z, np.float32)
+        np.add(q, np.asarray(z, np.float32), out=q)
         np.clip(q, info.min, info.max, out=q)
-    if np.isnan(q).any():
-        q = np.nan_to_num(q)
-    return q.astype(dtype)
+        if out is None:
+            return q.astype(dtype)
+        np.copyto(out, q, casting="unsafe")
+    return out
 
 
 # ---------------------------------------------------------------------------- the trees

@@ -273,17 +273,20 @@ def _dequantize_fold(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, out
     return dequantize(x, x_scale, x_zero_point, ax, block_size)
 
 
-def _elementwise_host(ctx, X, fn, out_dtype: str) -> Dyn:
-    """`fn` (a numpy function of the value in ONNX axis order) as a host step over X's buffer,
-    writing a buffer in the same axis order as X's."""
+def _elementwise_host(ctx, X, fn, out_dtype: str, per_tensor: bool) -> Dyn:
+    """`fn(x, out)` (numpy, on the value in ONNX axis order, or on the flat buffers where
+    `per_tensor`) as a host step over X's buffer, writing a buffer in the same axis order as X's."""
     v = ctx.materialize(X)
     shape = tuple(v.shape)
     layout = tuple(v.layout or range(len(shape)))
     held = tuple(shape[a] for a in layout)
     back = tuple(np.argsort(layout))
 
-    def step(arr):
-        return np.transpose(fn(np.transpose(arr.reshape(held), back)), layout)
+    def step(arr, out):
+        if per_tensor:
+            fn(arr.reshape(-1), out.reshape(-1))
+        else:
+            fn(np.transpose(arr.reshape(held), back), np.transpose(out.reshape(held), back))
 
     return _emit(ctx, HostStep(step, [("buffer", v.buffer, held)]), held, out_dtype, shape, layout)
 
@@ -296,7 +299,8 @@ def quantize_linear(ctx, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, b
     _check_float_io(y_scale, 0, precision, "QuantizeLinear")
     ax = _q_params(x.shape, y_scale, y_zero_point, axis, block_size, "QuantizeLinear")
     dt = _q_out_dtype(y_zero_point, output_dtype)
-    return _elementwise_host(ctx, x, lambda a: quantize(a, y_scale, y_zero_point, dt, ax, block_size), dt)
+    return _elementwise_host(ctx, x, lambda a, out: quantize(a, y_scale, y_zero_point, dt, ax, block_size, out), dt,
+                             np.asarray(y_scale).size == 1 and not block_size)
 
 
 @converter("DequantizeLinear", *versions("DequantizeLinear", 10), const=(1, 2), fold=_dequantize_fold, integer=True)
@@ -306,4 +310,5 @@ def dequantize_linear(ctx, x, x_scale, x_zero_point=None, *, axis=1, block_size=
     if x_zero_point is not None:
         _zero_point(x_zero_point, dt, "DequantizeLinear zero point")
     ax = _q_params(x.shape, x_scale, x_zero_point, axis, block_size, "DequantizeLinear")
-    return _elementwise_host(ctx, x, lambda a: dequantize(a, x_scale, x_zero_point, ax, block_size), "float32")
+    return _elementwise_host(ctx, x, lambda a, out: dequantize(a, x_scale, x_zero_point, ax, block_size, out),
+                             "float32", np.asarray(x_scale).size == 1 and not block_size)
