@@ -50,6 +50,12 @@ def quantized_layers(compiled):
     return [L for L in compiled.layers if L.schedule.startswith("int8")]
 
 
+def check_random_graph(build, p, integer=False):
+    """The graph `build(p, rng, integer)` makes, bit-exact against onnxruntime, on int8 kernels."""
+    m, inputs = build(p, np.random.default_rng(p["seed"]), integer)
+    assert quantized_layers(check_exact(m, inputs))
+
+
 # ---------------------------------------------------------------------------- convolutions
 @st.composite
 def qconvs(draw):
@@ -94,38 +100,38 @@ def qconv_model(p, rng, integer=False):
     if integer:
         node = helper.make_node("ConvInteger", ["x", "w", "x_zp", "w_zp"], ["y"], **attrs)
         return model([node], {"x": x}, "int32", [("w", w), ("x_zp", x_zp), ("w_zp", w_zp)], opset=10), {"x": x}
-    taps = p["cg"] * int(np.prod(p["k"]))
+    bias = rng.integers(-20000, 20000, K).astype(np.int32) if p["bias"] else None
+    return qlinear_model("QLinearConv", x, x_zp, w, w_zp, (K,) if p["per_channel"] else (),
+                         p["cg"] * int(np.prod(p["k"])), rng, p["y_dt"], bias, **attrs)
+
+
+def qlinear_model(op, x, x_zp, w, w_zp, w_scales, taps, rng, y_dt, bias=None, **attrs):
+    """A QLinearConv / QLinearMatMul graph with random scales: the output scale spreads the
+    sums of `taps` products over the output range, with some saturation."""
     x_s = np.float32(rng.uniform(0.005, 0.05))
-    w_s = rng.uniform(0.005, 0.05, (K,) if p["per_channel"] else ()).astype(np.float32)
-    # an output scale that spreads the sums over the output range, with some saturation
+    w_s = rng.uniform(0.005, 0.05, w_scales).astype(np.float32)
     y_s = np.float32(x_s * float(np.max(w_s)) * 128 * np.sqrt(taps) / 64)
-    y_zp = ints(rng, p["y_dt"], ())
-    inits = [("x_s", x_s), ("x_zp", x_zp), ("w", w), ("w_s", w_s), ("w_zp", w_zp), ("y_s", y_s), ("y_zp", y_zp)]
+    inits = [("x_s", x_s), ("x_zp", x_zp), ("w", w), ("w_s", w_s), ("w_zp", w_zp), ("y_s", y_s),
+             ("y_zp", ints(rng, y_dt, ()))]
     names = ["x", "x_s", "x_zp", "w", "w_s", "w_zp", "y_s", "y_zp"]
-    if p["bias"]:
-        inits.append(("b", rng.integers(-20000, 20000, K).astype(np.int32)))
+    if bias is not None:
+        inits.append(("b", bias))
         names.append("b")
-    node = helper.make_node("QLinearConv", names, ["y"], **attrs)
-    return model([node], {"x": x}, p["y_dt"], inits, opset=10), {"x": x}
+    node = helper.make_node(op, names, ["y"], **attrs)
+    return model([node], {"x": x}, y_dt, inits, opset=10), {"x": x}
 
 
 @settings(max_examples=25, deadline=None)
 @given(qconvs())
 def test_qlinear_conv_matches_onnxruntime(p):
-    rng = np.random.default_rng(p["seed"])
-    m, inputs = qconv_model(p, rng)
-    compiled = check_exact(m, inputs)
-    assert quantized_layers(compiled)
+    check_random_graph(qconv_model, p)
 
 
 @settings(max_examples=12, deadline=None)
 @given(qconvs())
 def test_conv_integer_matches_onnxruntime(p):
     # onnxruntime's ConvInteger takes uint8 activations and one weight zero point
-    p = dict(p, x_dt="uint8", per_channel=False)
-    rng = np.random.default_rng(p["seed"])
-    m, inputs = qconv_model(p, rng, integer=True)
-    check_exact(m, inputs)
+    check_random_graph(qconv_model, dict(p, x_dt="uint8", per_channel=False), integer=True)
 
 
 def reference_run(m, inputs):
@@ -175,30 +181,19 @@ def qmatmul_model(p, rng, integer=False):
         return model([node], {"a": a}, "int32", [("b", b), ("a_zp", a_zp), ("b_zp", b_zp)], opset=10), {"a": a}
     if p["b_dt"] == "int8":     # onnxruntime: symmetric int8 weights
         b_zp = np.zeros_like(b_zp)
-    a_s = np.float32(rng.uniform(0.005, 0.05))
-    b_s = rng.uniform(0.005, 0.05, shape).astype(np.float32)
-    y_s = np.float32(a_s * float(np.max(b_s)) * 128 * np.sqrt(p["k"]) / 64)
-    y_zp = ints(rng, p["y_dt"], ())
-    node = helper.make_node("QLinearMatMul", ["a", "a_s", "a_zp", "b", "b_s", "b_zp", "y_s", "y_zp"], ["y"])
-    inits = [("a_s", a_s), ("a_zp", a_zp), ("b", b), ("b_s", b_s), ("b_zp", b_zp), ("y_s", y_s), ("y_zp", y_zp)]
-    return model([node], {"a": a}, p["y_dt"], inits, opset=10), {"a": a}
+    return qlinear_model("QLinearMatMul", a, a_zp, b, b_zp, shape, p["k"], rng, p["y_dt"])
 
 
 @settings(max_examples=25, deadline=None)
 @given(qmatmuls())
 def test_qlinear_matmul_matches_onnxruntime(p):
-    rng = np.random.default_rng(p["seed"])
-    m, inputs = qmatmul_model(p, rng)
-    compiled = check_exact(m, inputs)
-    assert quantized_layers(compiled)
+    check_random_graph(qmatmul_model, p)
 
 
 @settings(max_examples=12, deadline=None)
 @given(qmatmuls())
 def test_matmul_integer_matches_onnxruntime(p):
-    rng = np.random.default_rng(p["seed"])
-    m, inputs = qmatmul_model(p, rng, integer=True)
-    check_exact(m, inputs)
+    check_random_graph(qmatmul_model, p, integer=True)
 
 
 @settings(max_examples=15, deadline=None)
