@@ -23,15 +23,19 @@ arithmetic (x / scale in float32, round half to even, + zero point, saturate; (x
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..looptree.builders import access, make_tree
+from ..looptree.builders import access, make_tree, nest
 from ..looptree.ir import Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree, Requant, map_accesses
 
 QUANTIZED = ("uint8", "int8")
+LANES = 16    # output channels are padded to whole 512-bit vectors of int32 lanes
+
+log = logging.getLogger("loopstack.onnx")
 
 
 # ---------------------------------------------------------------------------- layer kinds
@@ -45,8 +49,38 @@ class TreeKernel:
     def compile_kernel(self, target):
         from ..backend import compile as compile_tree
 
-        kernel = compile_tree(self.tree, target)
+        try:
+            kernel = compile_tree(self.tree, target)
+        except UnsupportedError as e:
+            # the backend requantizes a sum on its store only where one nest computes it whole
+            # ("a requantized sum split over several nests": a vector loop with a remainder)
+            if not any(c.requant is not None and c.reduce for _, c in self.tree.computes()):
+                raise
+            log.info("requantizing in a statement of its own (%s)", e)
+            kernel = compile_tree(requant_apart(self.tree), target)
         return kernel, self.args, "int8" if kernel.tensorized is None else "int8-dot"
+
+
+def requant_apart(tree: LoopTree) -> LoopTree:
+    """`tree` with its requantized sum stored in int32 and requantized by an element-wise
+    statement over the output (whose last dimension is the scale's channel or column)."""
+    out = tree.outputs[0]
+    rq = next(c.requant for _, c in tree.computes() if c.requant is not None)
+
+    def swap(node):
+        if isinstance(node, Compute) and node.requant is not None:
+            return replace(node, out=Access("S32", node.out.index), requant=None)
+        if isinstance(node, Loop):
+            return replace(node, body=tuple(swap(n) for n in node.body))
+        return node
+
+    names = [f"q{i}" for i in range(len(out.shape))]
+    scale = rq.scale if isinstance(rq.scale, Const) else Load(access(rq.scale.access.buffer, names[-1]))
+    store = Compute("requant", access(out.name, *names), Load(access("S32", *names)),
+                    requant=Requant(scale, rq.zero_point))
+    bufs = tree.inputs + tree.temps + (Buffer("S32", "int32", out.shape, "temp"),) + tree.outputs
+    return make_tree(bufs, {**dict(tree.dims), **dict(zip(names, out.shape))}, *(swap(n) for n in tree.body),
+                     nest([(d, 1) for d in names], store, tag="rq"))
 
 
 class _HostKernel:
@@ -208,9 +242,21 @@ def conv_kernel(x_buffer: str, x_dtype: str, N: int, H: int, W: int, C: int, w: 
     wsum = w8.reshape(K, -1).astype(np.int64).sum(1)
     # the constant per filter: bias - xz * sum w + T * xz * wz (int32, wrapping as int32 does)
     bias = wrap32(ep.bias.astype(np.int64) - xz * wsum + taps * xz * wz8.astype(np.int64))
+    K0 = K
+    if group == 1 and K % LANES:
+        # filters of zeros up to whole vectors of lanes: the dot-product kernel then covers every
+        # filter (a remainder would leave the whole layer to scalar code); the extra channels
+        # are dropped by a copy into the output
+        K = -(-K // LANES) * LANES
+        w8, wz8, bias = (np.concatenate([a, np.zeros((K - K0, *a.shape[1:]), a.dtype)]) for a in (w8, wz8, bias))
+        if np.ndim(ep.scale):
+            ep = replace(ep, scale=np.concatenate([np.asarray(ep.scale, np.float32).reshape(-1),
+                                                   np.ones(K - K0, np.float32)]))
     t = _Tree()
     depthwise = CG == 1 and KG == 1 and g > 1
-    t.read("X", x_dtype, (N, H, W, C), ("buffer", x_buffer, (N, H, W, C)))
+    # a batch of one is no axis (the kernels' inspectors look for the loops they vectorise alone)
+    bn, nl, nb = (("n",), ["n"], (N,)) if N > 1 else ((), [], ())
+    t.read("X", x_dtype, (*nb, H, W, C), ("buffer", x_buffer, (*nb, H, W, C)))
     if g == 1:
         t.const("Wt", np.transpose(w8, (2, 3, 1, 0)))                      # [r, s, c, k]
         wacc, och, xch = access("Wt", "r", "s", "c", "k"), "k", "c"
@@ -225,46 +271,55 @@ def conv_kernel(x_buffer: str, x_dtype: str, N: int, H: int, W: int, C: int, w: 
         och, xch = _affine(("g", KG), ("kk", 1)), _affine(("g", CG), ("c", 1))
         t.dims.update(g=g, kk=KG, c=CG)
     t.const("bias", bias)
-    t.dims.update(n=N, oh=OH, ow=OW, r=R, s=S)
+    t.dims.update(oh=OH, ow=OW, r=R, s=S)
+    if N > 1:
+        t.dims["n"] = N
     padded = any(pads)
     if padded and xz != 0:
         # a bordered copy holding xz outside the input: (x - xz) wraps into the input's dtype,
         # the zero border is added, + xz wraps back (x inside, xz on the border)
         PH, PW = (OH - 1) * sh + dh * (R - 1) + 1, (OW - 1) * sw + dw * (S - 1) + 1
-        t.temps += [Buffer("T", x_dtype, (N, H, W, C), "temp"), Buffer("P", x_dtype, (N, PH, PW, C), "temp")]
+        t.temps += [Buffer("T", x_dtype, (*nb, H, W, C), "temp"), Buffer("P", x_dtype, (*nb, PH, PW, C), "temp")]
         t.dims.update(h=H, w=W, ph=PH, pw=PW, cc=C)
-        t.nest(["n", "h", "w", "cc"], Compute("shift", access("T", "n", "h", "w", "cc"),
-                                              Binary("sub", Load(access("X", "n", "h", "w", "cc")), Const(xz))))
-        t.nest(["n", "ph", "pw", "cc"], Compute("border", access("P", "n", "ph", "pw", "cc"), Binary(
-            "add", Load(access("T", "n", _affine("ph", const=-ph0), _affine("pw", const=-pw0), "cc", zero_pad=True)),
+        t.nest([*nl, "h", "w", "cc"], Compute("shift", access("T", *bn, "h", "w", "cc"),
+                                              Binary("sub", Load(access("X", *bn, "h", "w", "cc")), Const(xz))))
+        t.nest([*nl, "ph", "pw", "cc"], Compute("border", access("P", *bn, "ph", "pw", "cc"), Binary(
+            "add", Load(access("T", *bn, _affine("ph", const=-ph0), _affine("pw", const=-pw0), "cc", zero_pad=True)),
             Const(xz))))
         src, off_h, off_w, zp_read = "P", 0, 0, False
     else:
         src, off_h, off_w, zp_read = "X", -ph0, -pw0, padded
     row, col = _affine(("oh", sh), ("r", dh), const=off_h), _affine(("ow", sw), ("s", dw), const=off_w)
-    xacc = access(src, "n", row, col, xch, zero_pad=zp_read)
+    xacc = access(src, *bn, row, col, xch, zero_pad=zp_read)
     init = Load(access("bias", och))
     if np.any(wz8 != 0):
         # - wz[k] * (the sum of each window's inputs): the window sums in an int32 temp
         t.const("wz", wz8.astype(np.int32))
         grp = () if g == 1 else (("c",) if depthwise else ("g",))
-        t.temps.append(Buffer("Sx", "int32", (N, OH, OW) + ((C,) if depthwise else (g,) if g > 1 else ()), "temp"))
-        sx_out = access("Sx", "n", "oh", "ow", *grp)
-        sum_loops = ["n", "oh", "ow", *grp, "r", "s"] + ([] if depthwise else ["c"])
+        t.temps.append(Buffer("Sx", "int32", (*nb, OH, OW) + ((C,) if depthwise else (g,) if g > 1 else ()), "temp"))
+        sx_out = access("Sx", *bn, "oh", "ow", *grp)
+        sum_loops = [*nl, "oh", "ow", *grp, "r", "s"] + ([] if depthwise else ["c"])
         t.nest(*reversed(_own_dims(t, Compute("wsum", sx_out, Load(xacc), reduce="add", init="identity"), sum_loops)))
         init = Binary("sub", init, Binary("mul", Load(access("wz", och)), Load(sx_out)))
     requant = _requant(t, ep, och)
-    out = Buffer("Y", ep.dtype, (N, OH, OW, K), "output")
-    stmt = Compute("Y", access("Y", "n", "oh", "ow", och), Binary("mul", Load(xacc), Load(wacc)), reduce="add",
+    out = Buffer("Y", ep.dtype, (*nb, OH, OW, K0), "output")
+    dst = "Y" if K == K0 else "Yp"
+    stmt = Compute("Y", access(dst, *bn, "oh", "ow", och), Binary("mul", Load(xacc), Load(wacc)), reduce="add",
                    init=init, requant=requant)
     if g == 1:
-        loops = ["n", "oh", "ow", "r", "s", "c", "k"]
+        loops = [*nl, "oh", "ow", "r", "s", "c", "k"]
     elif depthwise:
-        loops = ["n", "oh", "ow", "r", "s", "c"]
+        loops = [*nl, "oh", "ow", "r", "s", "c"]
     else:
-        loops = ["n", "g", "oh", "ow", "r", "s", "c", "kk"]
+        loops = [*nl, "g", "oh", "ow", "r", "s", "c", "kk"]
     t.nest(loops, stmt)
-    return t.build(out), (N, OH, OW, K)
+    if K != K0:
+        t.temps.append(Buffer("Yp", ep.dtype, (*nb, OH, OW, K), "temp"))
+        crop, crop_loops = _own_dims(t, Compute("crop", access("Y", *bn, "oh", "ow", "k"),
+                                                Load(access("Yp", *bn, "oh", "ow", "k"))), [*nl, "oh", "ow", "k"])
+        t.dims["k_"] = K0
+        t.nest(crop_loops, crop)
+    return t.build(out), (N, OH, OW, K0)
 
 
 def _requant(t: _Tree, ep: Epilogue, och) -> Requant | None:

@@ -118,7 +118,8 @@ def _conv(ctx, X, W, x_zp, w_zp, ep_of, what, auto_pad, dilations, group, kernel
                               (hw[0][3], hw[1][3]), (hw[0][0], hw[1][0], hw[0][1], hw[1][1]), ep_of(K))
     n, oh, ow, k = out
     shape = (n, k, ow) if rank == 3 else (n, k, oh, ow)
-    return _emit(ctx, kernel, out, kernel.tree.outputs[0].dtype, shape, channels_last(rank))
+    stored = kernel.tree.outputs[0]
+    return _emit(ctx, kernel, stored.shape, stored.dtype, shape, channels_last(rank))
 
 
 @converter("QLinearConv", 10, const=(1, 2, 3, 4, 5, 6, 7, 8), integer=True)
