@@ -4,7 +4,8 @@
                               Conv+Relu, depthwise Conv, strided 1x1 Conv, Flatten, MatMul
     quantize(model, inputs)   an fp32 model of models.py quantized by onnxruntime.quantization
                               (QDQ, per-channel int8 weights, uint8 activations), calibrated on `inputs`
-    resnet18_int8()           ResNet-18 (batch 1, 224x224) quantized so: the nets bench's int8 row
+    resnet18_int8()           ResNet-18 and MobileNetV3-Small (batch 1, 224x224) quantized so:
+    mobilenet_v3_small_int8()     the nets bench's int8 rows
 """
 from __future__ import annotations
 
@@ -110,12 +111,22 @@ def quantize(model, inputs: list, per_channel: bool = True):
         return onnx.load(dst)
 
 
-def resnet18_int8(resolution: int = 224, calibration: int = 2, seed: int = 0):
-    """models.resnet18 quantized statically (QDQ) on `calibration` standard-normal inputs, the
-    distribution the nets bench feeds it."""
-    from .models import resnet18
-
+def _statically_quantized(build, resolution: int, calibration: int, seed: int):
+    """`build(resolution)` quantized statically (QDQ) on `calibration` standard-normal inputs,
+    the distribution the nets bench feeds it."""
     rng = np.random.default_rng(seed)
     shape = (1, 3, resolution, resolution)
-    return quantize(resnet18(resolution), [{"input": rng.standard_normal(shape, np.float32)}
-                                           for _ in range(calibration)])
+    return quantize(build(resolution), [{"input": rng.standard_normal(shape, np.float32)}
+                                        for _ in range(calibration)])
+
+
+def resnet18_int8(resolution: int = 224, calibration: int = 2, seed: int = 0):
+    from .models import resnet18
+
+    return _statically_quantized(resnet18, resolution, calibration, seed)
+
+
+def mobilenet_v3_small_int8(resolution: int = 224, calibration: int = 2, seed: int = 0):
+    from .models import mobilenet_v3_small
+
+    return _statically_quantized(mobilenet_v3_small, resolution, calibration, seed)
