@@ -191,4 +191,4 @@ MODELS = {"mlp": mlp, "mobilenet_v3_small": mobilenet_v3_small, "resnet18": resn
 
 from .qmodels import mobilenet_v3_small_int8, resnet18_int8  # noqa: E402 - int8 rows (onnxruntime.quantization)
 
-MODELS.update(resnet18_int8=resnet18_int8, mobilenet_v3_small_int8=mobilenet_v3_small_int8)
+MODELS.update(resnet18_int8=resnet18_int8, mobilenetv3_int8=mobilenet_v3_small_int8)
