@@ -130,14 +130,20 @@ def dequantize(x, scale, zero_point=None, axis: int = 1, block_size: int = 0, ou
     """(x - zero_point) * scale in float32, as onnxruntime computes it (into `out` if given)."""
     x = np.asarray(x)
     s = per_axis(np.asarray(scale, np.float32), x.shape, axis, block_size, "scale")
-    z = 0 if zero_point is None else per_axis(zero_point, x.shape, axis, block_size, "zero point")
-    y = np.empty(x.shape, np.float32) if out is None else out
-    if x.dtype.itemsize == 1:     # x - z is exact in float32, computed as the bytes are read
-        np.subtract(x, np.asarray(z, np.float32), out=y, dtype=np.float32)
+    z = np.zeros((), np.int32) if zero_point is None else per_axis(zero_point, x.shape, axis, block_size, "zero point")
+    return dequantize_into(x, s, np.asarray(z, np.int64 if x.dtype == np.int32 else np.float32),
+                           np.empty(x.shape, np.float32) if out is None else out)
+
+
+def dequantize_into(x, s, z, out) -> np.ndarray:
+    """`dequantize` with its scale and zero point broadcast already (z float32 for 8-bit x, in
+    which x - z is exact; int64 for int32 x)."""
+    if x.dtype.itemsize == 1:
+        np.subtract(x, z, out=out, dtype=np.float32)
     else:
-        np.copyto(y, x.astype(np.int64) - np.asarray(z, np.int64), casting="unsafe")
-    np.multiply(y, s, out=y)
-    return y
+        np.copyto(out, x.astype(np.int64) - z, casting="unsafe")
+    np.multiply(out, s, out=out)
+    return out
 
 
 def quantize(x, scale, zero_point, dtype: str, axis: int = 1, block_size: int = 0, out=None) -> np.ndarray:
@@ -147,14 +153,18 @@ def quantize(x, scale, zero_point, dtype: str, axis: int = 1, block_size: int = 
     s = per_axis(np.asarray(scale, np.float32), x.shape, axis, block_size, "scale")
     z = 0 if zero_point is None else per_axis(zero_point, x.shape, axis, block_size, "zero point")
     info = np.iinfo(dtype)
+    return quantize_into(x, s, np.asarray(z, np.float32), float(info.min), float(info.max),
+                         np.empty(x.shape, dtype) if out is None else out)
+
+
+def quantize_into(x, s, z, lo: float, hi: float, out) -> np.ndarray:
+    """`quantize` with its scale and zero point (float32) broadcast already, and the range."""
     with np.errstate(all="ignore"):
         q = np.divide(x, s, dtype=np.float32)
         np.rint(q, out=q)
         # + z is exact in float32 wherever the result is not saturated anyway (|q| < 2**24)
-        np.add(q, np.asarray(z, np.float32), out=q)
-        np.clip(q, info.min, info.max, out=q)
-        if out is None:
-            return q.astype(dtype)
+        np.add(q, z, out=q)
+        np.clip(q, lo, hi, out=q)
         np.copyto(out, q, casting="unsafe")
     return out
 

@@ -264,6 +264,16 @@ def test_layer_shapes_run_on_the_dot_product_instruction(op):
     assert kernels and all(k.tensorized for k in kernels), [k.tensorized for k in kernels]
 
 
+def test_a_sum_the_backend_cannot_requantize_on_its_store_is_requantized_apart():
+    """A 5x5 depthwise layer of 576 channels (MobileNetV3's last blocks): the backend splits
+    its requantized sum over several nests and refuses; the layer stores int32 and requantizes
+    in a statement of its own, with the same bytes as onnxruntime."""
+    p = dict(groups=576, cg=1, kg=1, k=[5, 5], stride=[1, 1], dil=[1, 1], pads=[2, 2, 2, 2], hw=[7, 7],
+             x_dt="uint8", w_dt="int8", y_dt="uint8", per_channel=True, w_zp=False, bias=True, batch=1, seed=3)
+    m, inputs = qconv_model(p, np.random.default_rng(3))
+    assert quantized_layers(check_exact(m, inputs))
+
+
 def test_extreme_values_are_exact():
     """All 255 x all -128 through a 3x3x64 window, both zero points at their extremes."""
     C, K = 64, 16

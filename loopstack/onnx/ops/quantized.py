@@ -12,7 +12,10 @@ import numpy as np
 
 from ...errors import ShapeError, UnsupportedError
 from ..graph import Layer
-from ..qlayers import QUANTIZED, Epilogue, HostStep, conv_kernel, dequantize, matmul_kernel, quantize
+from ..qlayers import (
+    QUANTIZED, Epilogue, HostStep, conv_kernel, dequantize, dequantize_into, matmul_kernel, per_axis, quantize,
+    quantize_into,
+)
 from ..registry import converter
 from ..values import Dyn, is_const, norm_axis
 from .common import versions
@@ -300,8 +303,14 @@ def quantize_linear(ctx, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, b
     _check_float_io(y_scale, 0, precision, "QuantizeLinear")
     ax = _q_params(x.shape, y_scale, y_zero_point, axis, block_size, "QuantizeLinear")
     dt = _q_out_dtype(y_zero_point, output_dtype)
-    return _elementwise_host(ctx, x, lambda a, out: quantize(a, y_scale, y_zero_point, dt, ax, block_size, out), dt,
-                             np.asarray(y_scale).size == 1 and not block_size)
+    # the parameters broadcast once, against the value (flat where per tensor)
+    per_tensor = np.asarray(y_scale).size == 1 and not block_size
+    shape = () if per_tensor else x.shape
+    s = per_axis(np.asarray(y_scale, np.float32), shape, ax, block_size, "scale")
+    z = np.asarray(0 if y_zero_point is None else per_axis(y_zero_point, shape, ax, block_size, "zero point"),
+                   np.float32)
+    lo, hi = (float(v) for v in (np.iinfo(dt).min, np.iinfo(dt).max))
+    return _elementwise_host(ctx, x, lambda a, out: quantize_into(a, s, z, lo, hi, out), dt, per_tensor)
 
 
 @converter("DequantizeLinear", *versions("DequantizeLinear", 10), const=(1, 2), fold=_dequantize_fold, integer=True)
@@ -311,5 +320,9 @@ def dequantize_linear(ctx, x, x_scale, x_zero_point=None, *, axis=1, block_size=
     if x_zero_point is not None:
         _zero_point(x_zero_point, dt, "DequantizeLinear zero point")
     ax = _q_params(x.shape, x_scale, x_zero_point, axis, block_size, "DequantizeLinear")
-    return _elementwise_host(ctx, x, lambda a, out: dequantize(a, x_scale, x_zero_point, ax, block_size, out),
-                             "float32", np.asarray(x_scale).size == 1 and not block_size)
+    per_tensor = np.asarray(x_scale).size == 1 and not block_size
+    shape = () if per_tensor else x.shape
+    s = per_axis(np.asarray(x_scale, np.float32), shape, ax, block_size, "scale")
+    z = np.asarray(0 if x_zero_point is None else per_axis(x_zero_point, shape, ax, block_size, "zero point"),
+                   np.int64 if dt == "int32" else np.float32)
+    return _elementwise_host(ctx, x, lambda a, out: dequantize_into(a, s, z, out), "float32", per_tensor)
