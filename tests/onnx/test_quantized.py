@@ -35,10 +35,10 @@ def ort_run(m, inputs):
     return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
 
 
-def check_exact(m, inputs):
+def check_exact(m, inputs, target=None):
     """loopstack's result equals onnxruntime's, bit for bit; the compiled model."""
     want = ort_run(m, inputs)
-    compiled = lt.onnx.compile(m)
+    compiled = lt.onnx.compile(m, target=target)
     got = compiled.run(inputs)["y"]
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
     bad = np.argwhere(got != want)
@@ -237,6 +237,37 @@ def test_qlinear_matmul_quantized_per_row_matches_numpy(p):
     want = np.clip(np.rint(acc.astype(np.float32) * mult) + int(y_zp), info.min, info.max).astype(p["y_dt"])
     got = lt.onnx.compile(m).run({"a": a})["y"]
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+# ---------------------------------------------------------------------------- every x86 target
+def x86_targets():
+    """(name, Target) for each x86 target this CPU runs, and each without its dot-product
+    extensions (the exact widening path of a CPU without VNNI)."""
+    import dataclasses
+
+    from loopstack.isa.target import get_target
+
+    feats = cpu.cpu_features()
+    out = []
+    for name, need in (("avx2", "avx2"), ("avx512", "avx512f")):
+        if need in feats:
+            t = get_target(name)
+            out += [(name, t), (f"{name}-widening", dataclasses.replace(t, extensions=frozenset()))]
+    return out
+
+
+@pytest.mark.skipif(not x86_targets(), reason="needs an x86 CPU with AVX2")
+@settings(max_examples=10, deadline=None)
+@given(st.sampled_from(x86_targets() or [None]), st.booleans(), qconvs(), qmatmuls())
+def test_qlinear_graphs_on_every_x86_target(target, conv, pc, pm):
+    """The same bytes as onnxruntime whichever instruction the target's kernels use."""
+    name, t = target
+    if conv:
+        pc = dict(pc, kg=pc["kg"] * 7)    # some filter counts past one vector, whole or not
+        m, inputs = qconv_model(pc, np.random.default_rng(pc["seed"]))
+    else:
+        m, inputs = qmatmul_model(dict(pm, n=pm["n"] * 3), np.random.default_rng(pm["seed"]))
+    assert quantized_layers(check_exact(m, inputs, target=t)), name
 
 
 # ---------------------------------------------------------------------------- the kernels they run on
