@@ -223,6 +223,24 @@ class _Tree:
         return TreeKernel(tree, self.args)
 
 
+def _padded(a: np.ndarray, size: int, axis: int, fill=0) -> np.ndarray:
+    """`a` extended along `axis` to `size` with `fill`."""
+    more = list(a.shape)
+    more[axis] = size - a.shape[axis]
+    return np.concatenate([a, np.full(more, fill, a.dtype)], axis=axis)
+
+
+def _whole_vectors(n: int) -> int:
+    return -(-n // LANES) * LANES
+
+
+def _crop(t: "_Tree", out: str, padded: str, dims: list, size: int) -> None:
+    """A copy of `padded` into `out` over `dims`, the last of them cut to `size`."""
+    crop, loops = _own_dims(t, Compute("crop", access(out, *dims), Load(access(padded, *dims))), dims)
+    t.dims[loops[-1]] = size
+    t.nest(loops, crop)
+
+
 def _own_dims(t: "_Tree", stmt: Compute, loops: list) -> tuple[Compute, list]:
     """`stmt` and its loops over dimensions of its own (each name + "_"): the rewriter may pad
     the contraction's dimensions (a reduction to whole groups of 4), which a second statement
@@ -257,11 +275,10 @@ def conv_kernel(x_buffer: str, x_dtype: str, N: int, H: int, W: int, C: int, w: 
         # filters of zeros up to whole vectors of lanes: the dot-product kernel then covers every
         # filter (a remainder would leave the whole layer to scalar code); the extra channels
         # are dropped by a copy into the output
-        K = -(-K // LANES) * LANES
-        w8, wz8, bias = (np.concatenate([a, np.zeros((K - K0, *a.shape[1:]), a.dtype)]) for a in (w8, wz8, bias))
+        K = _whole_vectors(K)
+        w8, wz8, bias = (_padded(a, K, 0) for a in (w8, wz8, bias))
         if np.ndim(ep.scale):
-            ep = replace(ep, scale=np.concatenate([np.asarray(ep.scale, np.float32).reshape(-1),
-                                                   np.ones(K - K0, np.float32)]))
+            ep = replace(ep, scale=_padded(np.asarray(ep.scale, np.float32).reshape(-1), K, 0, 1))
     t = _Tree()
     depthwise = CG == 1 and KG == 1 and g > 1
     # a batch of one is no axis (the kernels' inspectors look for the loops they vectorise alone)
@@ -325,10 +342,7 @@ def conv_kernel(x_buffer: str, x_dtype: str, N: int, H: int, W: int, C: int, w: 
     t.nest(loops, stmt)
     if K != K0:
         t.temps.append(Buffer("Yp", ep.dtype, (*nb, OH, OW, K), "temp"))
-        crop, crop_loops = _own_dims(t, Compute("crop", access("Y", *bn, "oh", "ow", "k"),
-                                                Load(access("Yp", *bn, "oh", "ow", "k"))), [*nl, "oh", "ow", "k"])
-        t.dims["k_"] = K0
-        t.nest(crop_loops, crop)
+        _crop(t, "Y", "Yp", [*nl, "oh", "ow", "k"], K0)
     return t.build(out), (N, OH, OW, K0)
 
 
@@ -357,6 +371,14 @@ def matmul_kernel(a_buffer: str, a_dtype: str, batch: int, M: int, Kd: int, b: n
     # the constant: bias - az * sum_k b + K * az * bz, per column (and per row where az is)
     corr = ep.bias.astype(np.int64) - az[:, None] * colsum[..., None, :] + Kd * az[:, None] * bz8.astype(np.int64)
     corr = wrap32(corr)                                          # [M or 1, N] or [batch, M or 1, N]
+    scale = None if ep.dtype == "int32" else np.asarray(ep.scale, np.float32)
+    N0 = N
+    if N % LANES and M % LANES and (scale is None or scale.ndim < 2):
+        # columns of zeros up to whole vectors of lanes (as conv_kernel pads its filters)
+        N = _whole_vectors(N)
+        b8, bz8, corr = (_padded(a, N, -1) for a in (b8, bz8, corr))
+        if scale is not None and scale.size > 1:
+            scale = _padded(scale.reshape(-1), N, 0, 1)
     # a batch of one is no loop (the instruction's inspector looks for the m, n, k loops alone)
     bd = ("b",) if batch > 1 else ()
     t = _Tree()
@@ -375,8 +397,7 @@ def matmul_kernel(a_buffer: str, a_dtype: str, batch: int, M: int, Kd: int, b: n
         rowsum = Compute("rowsum", access("Sa", *bd, "m"), Load(aacc), reduce="add", init="identity")
         t.nest(*reversed(_own_dims(t, rowsum, [*bd, "m", "k"])))
         init = Binary("sub", init, Binary("mul", Load(access("bz", "n")), Load(access("Sa", *bd, "m"))))
-    scale = None if ep.dtype == "int32" else np.asarray(ep.scale, np.float32)
-    out = Buffer("C", ep.dtype, (batch,) * len(bd) + (M, N), "output")
+    out = Buffer("C", ep.dtype, (batch,) * len(bd) + (M, N0), "output")
     product = Binary("mul", Load(aacc), Load(bacc))
     if scale is not None and scale.ndim == 2:
         # A quantized per row: a scale per (row, column), applied by a statement of its own on
@@ -387,7 +408,7 @@ def matmul_kernel(a_buffer: str, a_dtype: str, batch: int, M: int, Kd: int, b: n
         store = Compute("C", access("C", *bd, "m", "n"), Load(access("S32", *bd, "m", "n")),
                         requant=Requant(Load(access("scale", "m", "n")), int(ep.zero_point)))
         t.nest(*reversed(_own_dims(t, store, [*bd, "m", "n"])))
-        return t.build(out), (batch, M, N)
+        return t.build(out), (batch, M, N0)
     requant = None
     if scale is not None:
         if scale.size == 1:
@@ -395,6 +416,10 @@ def matmul_kernel(a_buffer: str, a_dtype: str, batch: int, M: int, Kd: int, b: n
         else:    # per column
             t.const("scale", scale.reshape(-1))
             requant = Requant(Load(access("scale", "n")), int(ep.zero_point))
-    t.nest([*bd, "m", "n", "k"], Compute("C", access("C", *bd, "m", "n"), product, reduce="add", init=init,
+    dst = "C" if N == N0 else "Cp"
+    t.nest([*bd, "m", "n", "k"], Compute("C", access(dst, *bd, "m", "n"), product, reduce="add", init=init,
                                          requant=requant))
-    return t.build(out), (batch, M, N)
+    if N != N0:
+        t.temps.append(Buffer("Cp", ep.dtype, (batch,) * len(bd) + (M, N), "temp"))
+        _crop(t, "C", "Cp", [*bd, "m", "n"], N0)
+    return t.build(out), (batch, M, N0)
