@@ -52,6 +52,11 @@ class LoopstackRep(BackendRep):
                 raise ArgumentError(f"{len(inputs)} inputs given, the model takes {len(self.input_names)}")
             feeds = dict(zip(self.input_names, inputs))
         for k, v in feeds.items():
+            if type(v).__name__ == "TensorProto":    # a dtype numpy lacks (float8, int4, ...)
+                from onnx import TensorProto
+
+                raise UnsupportedError(f"input {k!r}: dtype {TensorProto.DataType.Name(v.data_type).lower()} "
+                                       "is not supported")
             if not isinstance(v, np.ndarray) and not np.isscalar(v):
                 raise UnsupportedError(f"input {k!r}: a {type(v).__name__} (sequences and maps are not supported)")
         feeds = {k: np.asarray(v) for k, v in feeds.items()}

@@ -46,6 +46,7 @@ class NetGraph:
     reads: dict = field(default_factory=dict)
     buffers: dict = field(default_factory=dict)   # buffer name -> shape
     opset: int = 0
+    dtypes: dict = field(default_factory=dict)    # buffer name -> numpy dtype name, where not float32
 
     def __str__(self) -> str:
         lines = [f"inputs  {', '.join(f'{n}{list(s)}' for n, s in self.inputs)}"]
@@ -62,6 +63,7 @@ class Importer:
         self.layers: list[Layer] = []
         self.reads: dict = {}
         self.buffers: dict = {}
+        self.dtypes: dict = {}     # buffer -> dtype name where not float32 (quantized values)
         self.node_label = ""
         self.node_outputs = 1      # outputs the current node asks for (Split without sizes)
 
@@ -69,7 +71,7 @@ class Importer:
     def placeholder(self, buffer: str, shape, keep=(), layout=None) -> Dyn:
         """A fresh read of `buffer`, which holds a value of ONNX `shape` with its axes in the
         order `layout` (row-major when None)."""
-        base, v = placeholder(shape, keep, layout)
+        base, v = placeholder(shape, keep, layout, self.dtypes.get(buffer, "float32"))
         stored = tuple(shape[a] for a in v.layout if v.dims[a] is not None)
         self.reads[id(base._node)] = (buffer, stored, base)
         v.buffer = buffer
@@ -95,6 +97,9 @@ class Importer:
         shape = tuple(v.shape[a] for a in order if v.dims[a] is not None)
         self.layers.append(Layer("+".join(v.ops) or name, v.ops, t, name, shape))
         self.buffers[name] = shape
+        dt = _dtype_of(t)
+        if dt != "float32":
+            self.dtypes[name] = dt
         return self.placeholder(name, v.shape, keep, order)
 
     def ready(self, v, keep=()) -> Dyn:
@@ -134,6 +139,13 @@ def _only_views(t) -> bool:
     while n.op == "view":
         n = n.inputs[0]
     return n.op == "read"
+
+
+def _dtype_of(t) -> str:
+    """The dtype a DSL expression computes: float32 unless it reads an integer tensor."""
+    if all(n.op != "read" or n.dtype in (None, "float32") for n in toposort(t._node)):
+        return "float32"
+    return str(t.dtype)
 
 
 def _reads_only_constants(t) -> bool:
@@ -195,6 +207,10 @@ def _model(model):
         raise ArgumentError(f"{model}: not a readable ONNX model ({type(e).__name__}: {e})") from None
 
 
+# TensorProto element types a graph input may have: FLOAT, UINT8, INT8, INT32
+_RUN_TIME_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32"}
+
+
 def opset_of(model) -> int:
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
@@ -212,6 +228,7 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True) -> 
 
     from . import ops  # noqa: F401 - registers the converters
     from .passes import fold_batchnorm
+    from .qdq import fuse_qdq
 
     model = _model(model)
     opset = opset_of(model)
@@ -232,22 +249,25 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True) -> 
             values[vi.name] = constants[vi.name]
             continue
         elem = vi.type.tensor_type.elem_type
-        if elem != 1:   # TensorProto.FLOAT
+        if elem not in _RUN_TIME_DTYPES:
             from onnx import TensorProto
 
             raise UnsupportedError(f"input {vi.name!r}: dtype {TensorProto.DataType.Name(elem).lower()} is "
-                                   "not supported at run time (float32 only)")
+                                   "not supported at run time (float32, and uint8/int8/int32 for quantized graphs)")
         shape = _static_shape(vi, given)
         if 0 in shape:
             raise UnsupportedError(f"input {vi.name!r}: empty tensors (shape {shape}) are not supported")
         buf = f"in:{vi.name}"
         imp.buffers[buf] = shape
+        if elem != 1:
+            imp.dtypes[buf] = _RUN_TIME_DTYPES[elem]
         values[vi.name] = imp.placeholder(buf, shape)
         inputs.append((vi.name, shape))
     nodes = list(graph.node)
     if passes:
         consts = {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
         nodes = fold_batchnorm(nodes, consts, [o.name for o in graph.output])
+        nodes = fuse_qdq(nodes, consts, [o.name for o in graph.output])
         values.update(consts)
     uses = Counter(n for node in nodes for n in node.input if n)
     uses.update(o.name for o in graph.output)
@@ -260,9 +280,12 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True) -> 
                 if name not in values:
                     raise ShapeError(f"input {name!r} is not produced by any earlier node")
                 args.append(values[name])
-            for i in conv.const:
-                if i < len(args) and args[i] is not None and not is_const(args[i]):
+            for i, a in enumerate(args):
+                if i in conv.const and a is not None and not is_const(a):
                     raise UnsupportedError(f"input {i} ({node.input[i]!r}) must be a constant")
+                if not conv.integer and isinstance(a, Dyn) and a.buffer in imp.dtypes:
+                    raise UnsupportedError(f"input {i} ({node.input[i]!r}): dtype {imp.dtypes[a.buffer]} is not "
+                                           f"supported at run time by {node.op_type} (float32 only)")
             attrs = _attributes(node)
             imp.node_label = label
             imp.node_outputs = len(node.output)
@@ -292,7 +315,7 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True) -> 
             continue
         v = imp.materialize(v, layout=tuple(range(len(v.shape))))
         outputs.append((o.name, ("buffer", v.buffer), v.shape))
-    return NetGraph(inputs, outputs, imp.layers, imp.reads, imp.buffers, opset)
+    return NetGraph(inputs, outputs, imp.layers, imp.reads, imp.buffers, opset, imp.dtypes)
 
 
 def _convert(imp: Importer, conv, args, attrs) -> list:

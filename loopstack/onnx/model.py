@@ -44,6 +44,9 @@ def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
     from ..tune.defaults import chosen_schedule
 
     t = layer.tensor
+    if hasattr(t, "compile_kernel"):    # a layer built as a loop tree or a host step (onnx/qlayers.py)
+        kernel, args, origin = t.compile_kernel(target)
+        return CompiledLayer(layer.name, layer.ops, kernel, args, layer.out, tuple(layer.shape), origin, kernel.flops)
     try:
         tree, origin = chosen_schedule(t, target)
     except Exception as e:   # noqa: BLE001 - a schedule generator's gap must not stop the model
@@ -92,20 +95,21 @@ class CompiledModel:
             for a in L.args:
                 if a[0] == "buffer":
                     last[a[1]] = step
-        self.intervals = [Interval(b, 4 * int(np.prod(net.buffers[b])), first[b], last[b])
+        dtype = {b: np.dtype(net.dtypes.get(b, "float32")) for b in net.buffers}
+        self.intervals = [Interval(b, dtype[b].itemsize * int(np.prod(net.buffers[b])), first[b], last[b])
                           for b in first if b not in outputs]
         self.offsets, self.arena_bytes = plan(self.intervals)
-        self._arena = empty_aligned((max(self.arena_bytes, 64) // 4,), np.float32)
+        self._arena = empty_aligned((max(self.arena_bytes, 64),), np.uint8)
         # every array a kernel sees is made once, here: a kernel called again with the same
         # array objects skips its argument checks and pointer set-up
-        self._views = {b: self._arena[off // 4: off // 4 + int(np.prod(net.buffers[b]))]
+        self._views = {b: self._arena[off: off + dtype[b].itemsize * int(np.prod(net.buffers[b]))].view(dtype[b])
                        for b, off in self.offsets.items()}
         self._store = dict(self._views)
         for name, shape in net.inputs:
-            self._store[f"in:{name}"] = empty_aligned(tuple(shape), np.float32)
+            self._store[f"in:{name}"] = empty_aligned(tuple(shape), dtype[f"in:{name}"])
         for L in self.layers:
             if L.out not in self._store:      # graph outputs: their own memory
-                self._store[L.out] = empty_aligned(L.shape, np.float32)
+                self._store[L.out] = empty_aligned(L.shape, dtype[L.out])
         self._calls = []
         for L in self.layers:
             args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]

@@ -188,3 +188,7 @@ def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 30
 
 
 MODELS = {"mlp": mlp, "mobilenet_v3_small": mobilenet_v3_small, "resnet18": resnet18, "bert_layer": bert_layer}
+
+from .qmodels import mobilenet_v3_small_int8, resnet18_int8  # noqa: E402 - int8 rows (onnxruntime.quantization)
+
+MODELS.update(resnet18_int8=resnet18_int8, mobilenetv3_int8=mobilenet_v3_small_int8)

@@ -32,6 +32,7 @@ class Converter:
     const: tuple[int, ...]          # input positions that must be constant
     attributes: frozenset           # attribute names the converter understands
     fold: object = None             # numpy function for all-constant inputs, or None
+    integer: bool = False           # takes 8-bit and int32 run-time inputs (the quantized operators)
 
     def _check(self, attrs) -> None:
         unknown = sorted(set(attrs) - self.attributes)
@@ -51,12 +52,12 @@ class Converter:
 _REGISTRY: dict[tuple[str, str, int], Converter] = {}
 
 
-def converter(op: str, *versions: int, domain: str = "", const=(), fold=None):
+def converter(op: str, *versions: int, domain: str = "", const=(), fold=None, integer=False):
     """Register `fn` for the schemas of `op` introduced at each of `versions`."""
     def register(fn):
         params = inspect.signature(fn).parameters.values()
         attrs = frozenset(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
-        conv = Converter(domain, op, fn, tuple(versions), tuple(const), attrs, fold)
+        conv = Converter(domain, op, fn, tuple(versions), tuple(const), attrs, fold, integer)
         for v in versions:
             key = (domain, op, v)
             if key in _REGISTRY:

@@ -89,7 +89,7 @@ def const_dyn(arr: np.ndarray, what: str = "constant", keep=(), layout=None) -> 
     return Dyn(t, dims, arr.shape)
 
 
-def placeholder(shape, keep=(), layout=None) -> tuple[Tensor, Dyn]:
+def placeholder(shape, keep=(), layout=None, dtype="float32") -> tuple[Tensor, Dyn]:
     """An input tensor of the DSL for a buffer holding a value of ONNX shape `shape` with its
     axes in the order `layout` (row-major when None); unit axes are left out of the expression
     except those in `keep`."""
@@ -97,7 +97,7 @@ def placeholder(shape, keep=(), layout=None) -> tuple[Tensor, Dyn]:
     layout = tuple(layout) if layout is not None else tuple(range(len(shape)))
     dims = tuple(fresh("a") if (s != 1 or i in keep) else None for i, s in enumerate(shape))
     order = [a for a in layout if dims[a] is not None]
-    t = Tensor(*[shape[a] for a in order]) if order else Tensor()
+    t = Tensor(*[shape[a] for a in order], dtype=dtype) if order else Tensor(dtype=dtype)
     named = t.to(*[dims[a] for a in order]) if order else t
     return t, Dyn(named, dims, shape, layout=layout)
 

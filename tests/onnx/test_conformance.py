@@ -3,7 +3,7 @@ import collections
 
 import pytest
 
-from conformance import LISTED, node_cases, run_all, table
+from conformance import LISTED, QUANTIZED, node_cases, run_all, table
 
 # cases of the listed operators that need what the import does not offer, with the reason
 KNOWN_UNSUPPORTED = {
@@ -62,3 +62,26 @@ def test_each_operator_of_the_list_has_passing_cases(outcomes):
             passed_ops |= o.ops
     # Constant and Identity appear only inside other cases; Shape-driven subgraphs via Shape
     assert LISTED - passed_ops <= {"Constant"}, sorted(LISTED - passed_ops)
+
+
+# the int8 operators' cases that pass: every one whose tensors are 8-bit integers
+QUANTIZED_PASSING = {
+    "test_convinteger_with_padding", "test_convinteger_without_padding", "test_dequantizelinear",
+    "test_dequantizelinear_axis", "test_dequantizelinear_blocked", "test_matmulinteger", "test_qlinearconv",
+    "test_qlinearmatmul_2D_int8_float16", "test_qlinearmatmul_2D_int8_float32", "test_qlinearmatmul_2D_uint8_float16",
+    "test_qlinearmatmul_2D_uint8_float32", "test_qlinearmatmul_3D_int8_float16", "test_qlinearmatmul_3D_int8_float32",
+    "test_qlinearmatmul_3D_uint8_float16", "test_qlinearmatmul_3D_uint8_float32", "test_quantizelinear",
+    "test_quantizelinear_axis", "test_quantizelinear_blocked_asymmetric",
+}
+
+
+def test_int8_operators_pass_or_name_the_dtype(outcomes):
+    quant = {o.name: o for o in outcomes if o.ops & QUANTIZED}
+    assert QUANTIZED_PASSING <= set(quant), sorted(QUANTIZED_PASSING - set(quant))
+    wrong = [f"{n}: {quant[n].status} {quant[n].detail}" for n in sorted(QUANTIZED_PASSING)
+             if quant[n].status != "passed"]
+    assert not wrong, "\n".join(wrong)
+    for o in quant.values():
+        if o.name not in QUANTIZED_PASSING and o.status == "unsupported":
+            # float8, int4/int2, float4, int16/uint16 tensors, or an operator outside the list (Round)
+            assert "dtype" in o.detail or "operator" in o.detail, f"{o.name}: {o.detail}"

@@ -1,2 +1,2 @@
 """The operator converters; importing this package registers them (see ../registry.py)."""
-from . import elementwise, layers, reductions, shapes  # noqa: F401
+from . import elementwise, layers, quantized, reductions, shapes  # noqa: F401
