@@ -68,9 +68,11 @@ _L1_SHARE = 7 / 8       # of L1 a stationary weight tile may fill (the input row
 _L2_SHARE = 1 / 4       # of L2 a weight tile streamed from L2 may fill (input and output share it)
 _L2_STREAM = 24         # bytes per cycle a block may stream from L2 (of the 32 the L2 -> L1 path moves)
 _TILING_COST = 0.03     # modelled efficiency a convolution loses by tiling its input channels
-# work of a nest below which its loop is not split over threads: handing chunks to other threads
-# costs tens of microseconds on a busy machine; this is ~100 us of one AVX-512 core
-PARALLEL_MIN_FLOPS = 1 << 24
+# work of a nest below which its loop is not split over threads: ~40 us of one AVX-512 core.
+# The thread team hands a call over in about a microsecond while its workers spin, and in a
+# core's wake-up (50-100 us on a virtual machine) when they sleep (backend/threads.py), so a
+# layer this size gains when calls follow each other (MLP-64x256: 8.4 MFLOP per layer)
+PARALLEL_MIN_FLOPS = 1 << 23
 
 
 def _target(target):
