@@ -29,7 +29,7 @@ from ..isa.target import get_target, host_arch
 from ..looptree.ir import Dot, Loop, LoopTree, loop_var, statements
 from .kernel_base import KernelBase, allocate_storage
 from .constants import hoist_constant_packs
-from .threads import MAX_THREADS, check_threads, parallel_call
+from .threads import EVERY_THREAD, MAX_THREADS, check_threads, parallel_call
 from .nest import SegmentCompiler, max_accumulators
 from .rewrite import split_init_post, split_padded_nests, stage_padded_reads
 from .tensorize.apply import tensorize_for_target
@@ -152,6 +152,36 @@ def check_parallel(tree: LoopTree) -> set[str]:
     return private
 
 
+def copies_per_thread(tree: LoopTree, private: set[str], once: int) -> set[int]:
+    """Top-level loops (by position) that every thread of a parallel call runs whole, each
+    into copies of its own of the temps they write (added to `private`): loops of copies (a
+    padding copy) whose temps only parallel loops read. A thread then reads only what it wrote
+    (CONV-1's padded input, 0.9 MB, cost more moved from core to core than copied twice).
+    A kernel without a parallel loop has none, and the first `once` loops (constant packs, run
+    once per set of arrays) are never among them."""
+    parallel = {i for i, node in enumerate(tree.body) if isinstance(node, Loop) and "parallel" in node.annotations}
+    if not parallel:
+        return set()
+    temps = {t.name for t in tree.temps} - private
+    writers: dict[str, set[int]] = {}
+    readers: dict[str, set[int]] = {}
+    for i, node in enumerate(tree.body):
+        for st in statements(node):
+            writers.setdefault(st.out.buffer, set()).add(i)
+            for acc in st.reads():
+                readers.setdefault(acc.buffer, set()).add(i)
+    chosen = set()
+    for i, node in enumerate(tree.body):
+        if i < once or i in parallel or not isinstance(node, Loop):
+            continue
+        body = list(statements(node))
+        written = {st.out.buffer for st in body}
+        if all(st.is_copy for st in body) and written <= temps and all(
+                writers[b] == {i} and readers.get(b, set()) <= parallel for b in written):
+            chosen.add(i)
+            private |= written
+    return chosen
+
 
 class NativeKernel(KernelBase):
     """Machine code for a loop tree, callable on numpy arrays (on a host that runs its target)."""
@@ -163,6 +193,8 @@ class NativeKernel(KernelBase):
         # the tensorized instruction (backend.tensorize registry entry) its contraction runs on
         self.tensorized = next((c.expr.instr for _, c in lowered.computes() if isinstance(c.expr, Dot)), None)
         self._segments = segments
+        private = set(private)
+        everywhere = copies_per_thread(lowered, private, once)      # adds the temps those copies write
         self._private = private
         self._threads = min(os.cpu_count() or 1, MAX_THREADS)
         self._shared = {t.name: allocate_storage(t) for t in lowered.temps if t.name not in private}
@@ -176,6 +208,8 @@ class NativeKernel(KernelBase):
         self._once, self._steps = steps[:once], steps[once:]
         self._work = [_work(lowered, node) for _, _, node in segments[once:]]    # how threads share them
         self._parallel = any(parallel for _, _, parallel in self._steps)
+        self._steps = [(func, n, EVERY_THREAD if once + i in everywhere else parallel)
+                       for i, (func, n, parallel) in enumerate(self._steps)]
 
     @property
     def threads(self) -> int:

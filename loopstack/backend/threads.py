@@ -2,7 +2,8 @@
 
 A kernel call with a loop annotated "parallel" becomes a *job*: its steps (the top-level
 segments, in order) and, per step and thread, the pointer block and the iterations
-[start, end) that thread runs; a serial step gives all its iterations to thread 0. Threads
+[start, end) that thread runs; a serial step gives all its iterations to thread 0, and a
+copy into temps only parallel loops read runs whole on every thread (EVERY_THREAD). Threads
 meet at a barrier after every step (a step reads what the one before wrote). Each output
 element is computed by one thread in the serial order, so results are bit-identical to one
 thread whatever the split.
@@ -29,6 +30,9 @@ from ..errors import ArgumentError
 
 # the most threads one call may use (the team's memory holds a slot per thread)
 MAX_THREADS = 256
+# a step's "parallel?" flag for a step every thread runs whole, on its own copies of the temps
+# it writes (native.copies_per_thread)
+EVERY_THREAD = "every thread"
 
 
 def chunk_bounds(iterations: int, threads: int, work: float | None = None) -> list[int]:
@@ -69,9 +73,13 @@ class Job:
         self.blocks = blocks            # kept alive while the job can run
         self.chunks = []                # per step: (function, [(block cdata, start, end)] per thread)
         for (func, n, parallel), length in zip(steps, work):
-            bounds = chunk_bounds(n, threads, length) if parallel else [0, n]
-            bounds += [n] * (threads + 1 - len(bounds))
-            self.chunks.append((func, [(blocks[i].cdata, bounds[i], bounds[i + 1]) for i in range(threads)]))
+            if parallel == EVERY_THREAD:
+                spans = [(0, n)] * threads
+            else:
+                bounds = chunk_bounds(n, threads, length) if parallel else [0, n]
+                bounds += [n] * (threads + 1 - len(bounds))
+                spans = list(zip(bounds, bounds[1:]))
+            self.chunks.append((func, [(blocks[i].cdata, *spans[i]) for i in range(threads)]))
         words = [threads, len(self.chunks)]
         for func, chunks in self.chunks:
             words.append(int(ffi.cast("uintptr_t", func)))

@@ -140,3 +140,19 @@ def test_more_threads_than_the_team_holds_is_an_error(bad):
     kernel, _, _ = _kernel("MM-256")
     with pytest.raises(threads.ArgumentError, match=f"1 to {threads.MAX_THREADS}"):
         kernel.threads = bad
+
+
+def test_a_padding_copy_runs_whole_on_every_thread_into_its_own_buffer():
+    """CONV-2's padded input is copied by every thread into a buffer of its own (no thread reads
+    rows another wrote); a new input is copied again at every call."""
+    kernel, inputs, shape = _kernel("CONV-2")
+    assert [parallel for _, _, parallel in kernel._steps] == [threads.EVERY_THREAD, True]
+    x = inputs[0]
+    rng = np.random.default_rng(5)
+    out = empty_aligned(shape, np.float32)
+    for _ in range(3):
+        x[...] = rng.standard_normal(x.shape).astype(np.float32)
+        want = _serial(kernel, inputs, shape)
+        kernel.threads = 2
+        kernel(*inputs, out)
+        np.testing.assert_array_equal(out, want)
