@@ -156,3 +156,23 @@ def test_a_padding_copy_runs_whole_on_every_thread_into_its_own_buffer():
         kernel.threads = 2
         kernel(*inputs, out)
         np.testing.assert_array_equal(out, want)
+
+
+def test_the_parallel_benchmark_records_identical_results_and_its_bound(tmp_path):
+    """bench/parallel.py in one round (its timings are not checked: only what it records)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "parallel.py"
+    spec = importlib.util.spec_from_file_location("bench_parallel", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "parallel.json"
+    assert bench.main(["--threads", "2", "--rounds", "1", "--workloads", "MM-256,MLP-8x1024",
+                       "--json", str(out)]) == 0
+    records = {r["name"]: r for r in json.loads(out.read_text())}
+    assert set(records) == {"MM-256-parallel", "MLP-8x1024-parallel"}
+    assert all(r["identical"] and r["parallel"] and r["gflops_threads"] > 0 for r in records.values())
+    assert records["MM-256-parallel"]["speedup_bound"] == 2.0          # 4 panels, 2 each
+    assert records["MLP-8x1024-parallel"]["speedup_bound"] == pytest.approx((1024 / 96) / (5 + 64 / 96))
