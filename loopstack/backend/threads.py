@@ -107,6 +107,7 @@ class NativeTeam:
         self._memory = empty_aligned(((code.FIRST + MAX_THREADS * code.SLOT) // 8,), np.int64, code.SLOT)
         self._memory[code.EPOCH // 8] = 1
         self._memory[code.BUDGET // 8] = code.SPIN_TICKS
+        self._memory[code.YIELD // 8] = code.YIELD_TICKS
         self._memory[code.TIMEOUT // 8 + 1] = code.FUTEX_TIMEOUT_NS
         self._address = self._memory.ctypes.data
         self._worker = ExecutableCode(code.worker_code(), code.WORKER_CDECL)

@@ -12,6 +12,7 @@ or its prefetched neighbour):
     [EPOCH]                 the next call's epoch (the main thread alone writes it)
     [BUDGET]                spin budget in TSC ticks before a wait sleeps
     [TIMEOUT, +8]           a futex wait's timespec: a sleeper wakes at least this often
+    [YIELD]                 TSC ticks of spinning after which a waiter yields between checks
     thread j at FIRST + j*SLOT:
       +ARRIVED              the last barrier epoch thread j reached (thread j writes)
       +SLEEPING             1 while thread j is (about to be) asleep in futex (thread j writes)
@@ -36,15 +37,19 @@ from ...isa.x86.assembler import Assembler
 from ...isa.x86.operands import (Mem, eax, edx, esi, r8, r9, r10, r12, r13, r14, r15, rax, rbp,
                                  rbx, rcx, rdi, rdx, rsi, rsp)
 
-EPOCH, BUDGET, TIMEOUT = 0, 8, 16
+EPOCH, BUDGET, TIMEOUT, YIELD = 0, 8, 16, 32
 FIRST = 256
 SLOT = 256
 ARRIVED, SLEEPING, GO, JOB = 0, 8, 128, 136
 # ~200 us at a 2.6 GHz time-stamp counter: longer than the gap between a benchmark's calls and
 # between a model's layers, short enough that an idle process gives its cores back soon
 SPIN_TICKS = 1 << 19
+# after ~12 us a waiter yields its core between checks: on a machine with more runnable threads
+# than cores the thread it waits for may be queued behind it
+YIELD_TICKS = 1 << 15
 FUTEX_TIMEOUT_NS = 50_000_000       # a lost wake-up (there should be none) costs 50 ms, not a hang
 
+_SYS_SCHED_YIELD = 24
 _SYS_FUTEX = 202
 _FUTEX_WAIT_PRIVATE = 128
 _FUTEX_WAKE_PRIVATE = 129
@@ -92,7 +97,12 @@ def _wait_at_least(asm, me) -> None:
     _read_tsc(asm)
     asm.emit("sub", rax, r10)
     asm.emit("cmp", rax, Mem(rbx, None, 1, BUDGET))
+    asm.emit("jae", sleep)
+    asm.emit("cmp", rax, Mem(rbx, None, 1, YIELD))
     asm.emit("jb", spin)
+    asm.emit("mov", eax, _SYS_SCHED_YIELD)      # the thread waited for may be queued behind us
+    asm.emit("syscall")
+    asm.emit("jmp", spin)
     asm.bind(sleep)
     asm.emit("mov", eax, 1)
     asm.emit("xchg", _slot(asm, me, SLEEPING), rax)
