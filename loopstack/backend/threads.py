@@ -154,21 +154,29 @@ class PoolTeam:
 
 
 _TEAM = None
+_MAKING = threading.Lock()      # two threads' first parallel calls make one team
+_TEAMS = []                     # every team made: its workers run in its code until the process ends
 
 
 def team():
     """This process's team, made at its first parallel call."""
     global _TEAM
     if _TEAM is None:
-        from ..isa.target import host_arch
+        with _MAKING:
+            if _TEAM is None:
+                from ..isa.target import host_arch
 
-        _TEAM = NativeTeam() if host_arch() == "x86_64" and sys.platform == "linux" else PoolTeam()
+                made = NativeTeam() if host_arch() == "x86_64" and sys.platform == "linux" else PoolTeam()
+                _TEAMS.append(made)
+                _TEAM = made
     return _TEAM
 
 
 def _forget_team_after_fork() -> None:
-    global _TEAM
+    """The child has none of the team's threads (and its lock may be held): it makes its own."""
+    global _TEAM, _MAKING
     _TEAM = None
+    _MAKING = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_team_after_fork)

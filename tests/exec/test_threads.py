@@ -176,3 +176,27 @@ def test_the_parallel_benchmark_records_identical_results_and_its_bound(tmp_path
     assert all(r["identical"] and r["parallel"] and r["gflops_threads"] > 0 for r in records.values())
     assert records["MM-256-parallel"]["speedup_bound"] == 2.0          # 4 panels, 2 each
     assert records["MLP-8x1024-parallel"]["speedup_bound"] == pytest.approx((1024 / 96) / (5 + 64 / 96))
+
+
+def test_two_first_parallel_calls_at_once_make_one_team(monkeypatch):
+    """A team dropped by a racing second one would leave its workers running unmapped code."""
+    kernels = [_kernel(name) for name in ("MM-256", "MLP-8x1024")]
+    for k, inputs, shape in kernels:
+        k.threads = 2
+    for _ in range(5):
+        monkeypatch.setattr(threads, "_TEAM", None)
+        made = len(threads._TEAMS)
+        start = threading.Barrier(2)
+
+        def first_call(kernel, inputs, shape):
+            start.wait()
+            kernel(*inputs, empty_aligned(shape, np.float32))
+
+        def both():
+            callers = [threading.Thread(target=first_call, args=k) for k in kernels]
+            for c in callers:
+                c.start()
+            for c in callers:
+                c.join()
+        _with_deadline(both)
+        assert len(threads._TEAMS) == made + 1
