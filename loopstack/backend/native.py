@@ -29,7 +29,7 @@ from ..isa.target import get_target, host_arch
 from ..looptree.ir import Dot, Loop, LoopTree, loop_var, statements
 from .kernel_base import KernelBase, allocate_storage
 from .constants import hoist_constant_packs
-from .threads import EVERY_THREAD, MAX_THREADS, check_threads, parallel_call
+from .threads import EVERY_THREAD, MAX_THREADS, check_threads, copies_per_thread, parallel_call
 from .nest import SegmentCompiler, max_accumulators
 from .rewrite import split_init_post, split_padded_nests, stage_padded_reads
 from .tensorize.apply import tensorize_for_target
@@ -150,37 +150,6 @@ def check_parallel(tree: LoopTree) -> set[str]:
                     f"parallel loop {node.var} would race: statement '{s.name}' writes %{s.out.buffer} "
                     f"without indexing dimension {node.dim}")
     return private
-
-
-def copies_per_thread(tree: LoopTree, private: set[str], once: int) -> set[int]:
-    """Top-level loops (by position) that every thread of a parallel call runs whole, each
-    into copies of its own of the temps they write (added to `private`): loops of copies (a
-    padding copy) whose temps only parallel loops read. A thread then reads only what it wrote
-    (CONV-1's padded input, 0.9 MB, cost more moved from core to core than copied twice).
-    A kernel without a parallel loop has none, and the first `once` loops (constant packs, run
-    once per set of arrays) are never among them."""
-    parallel = {i for i, node in enumerate(tree.body) if isinstance(node, Loop) and "parallel" in node.annotations}
-    if not parallel:
-        return set()
-    temps = {t.name for t in tree.temps} - private
-    writers: dict[str, set[int]] = {}
-    readers: dict[str, set[int]] = {}
-    for i, node in enumerate(tree.body):
-        for st in statements(node):
-            writers.setdefault(st.out.buffer, set()).add(i)
-            for acc in st.reads():
-                readers.setdefault(acc.buffer, set()).add(i)
-    chosen = set()
-    for i, node in enumerate(tree.body):
-        if i < once or i in parallel or not isinstance(node, Loop):
-            continue
-        body = list(statements(node))
-        written = {st.out.buffer for st in body}
-        if all(st.is_copy for st in body) and written <= temps and all(
-                writers[b] == {i} and readers.get(b, set()) <= parallel for b in written):
-            chosen.add(i)
-            private |= written
-    return chosen
 
 
 class NativeKernel(KernelBase):

@@ -4,7 +4,9 @@ native code, and the call that hands a kernel's steps to them (backend/threads.p
 Handing work to a thread costs a wake-up; on a virtual machine an idle core's wake-up takes
 50-100 us, as long as a whole MLP layer. So a worker that finished waits by spinning (`pause`,
 the GIL released: it is in a cffi call) for SPIN_TICKS of the time-stamp counter before it
-sleeps in futex(FUTEX_WAIT), and a call finds it awake whenever calls follow each other.
+sleeps in futex(FUTEX_WAIT), and a call finds it awake whenever calls follow each other. Past
+YIELD_TICKS a waiter yields its core between checks (sched_yield): on a machine with more
+runnable threads than cores, the thread it waits for may be queued behind it.
 
 Team memory (int64 words; SLOT bytes per thread so that no two threads write one cache line
 or its prefetched neighbour):
