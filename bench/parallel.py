@@ -8,7 +8,8 @@ the best) of R interleaved rounds (best of several calls per round), the speed-u
 are bit-identical (each output element is computed by one thread, in the serial order).
 
 On a machine other tenants keep busy the wall-clock speed-up says little (a thread waits
-for a core). Two figures do not depend on that: `cpu` is the CPU time of an N-thread call
+for a core; `--best` takes the best round, and as root `chrt -f 10 python3 bench/parallel.py`
+gives the benchmark the cores while it runs). Two figures do not depend on that: `cpu` is the CPU time of an N-thread call
 over a one-thread call's (1.00: splitting costs no extra work), and `bound` the speed-up
 the split allows when every thread has a core of its own (whole iterations of the parallel
 loop per thread: 4 iterations on 3 threads allow 2x; 1024 columns in blocks of 96 on 2 threads,
