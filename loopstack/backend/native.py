@@ -7,9 +7,9 @@
 Each top-level node becomes its own machine-code function `f(void **args, i64 start,
 i64 end)`; the Kernel calls them in order, except that the leading nests which only pack
 constant inputs run when the kernel is given arrays it did not see in the call before. A top-level loop annotated "parallel" is
-split into chunks of iterations [start, end) run on a thread pool: cffi releases the
-GIL during the call, and every thread gets its own copy of the intermediates that live
-only inside that loop.
+split into chunks of iterations [start, end) run by a team of threads (backend/threads.py):
+cffi releases the GIL during the call, and every thread gets its own copy of the
+intermediates that live only inside that loop.
 
 Code for any target can be emitted on any host (cross-compilation): a kernel for a target
 this CPU cannot run has its code, listing and counts, and calling it raises UnsupportedError.
@@ -24,11 +24,12 @@ from operator import is_
 
 import numpy as np
 
-from ..errors import ArgumentError, LoopstackError, ScheduleError, UnsupportedError
+from ..errors import LoopstackError, ScheduleError, UnsupportedError
 from ..isa.target import get_target, host_arch
 from ..looptree.ir import Dot, Loop, LoopTree, loop_var, statements
 from .kernel_base import KernelBase, allocate_storage
 from .constants import hoist_constant_packs
+from .threads import EVERY_THREAD, MAX_THREADS, check_threads, copies_per_thread, parallel_call
 from .nest import SegmentCompiler, max_accumulators
 from .reuse import segment_shape
 from .rewrite import split_init_post, split_padded_nests, stage_padded_reads
@@ -40,27 +41,7 @@ _ISAS = {
     "aarch64": ("loopstack.backend.aarch64.emitter", "A64Emitter", "loopstack.isa.aarch64.assembler"),
 }
 
-_POOL = None       # the parallel loops' ThreadPoolExecutor, made at the first parallel call
 _UNBOUND = (object(),)      # no call's arguments are these
-
-
-def _pool():
-    global _POOL
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor   # not on the first call's import path
-
-        _POOL = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="loopstack")
-    return _POOL
-
-
-def _forget_pool_after_fork() -> None:
-    """A forked child (the tuner's measuring workers) inherits the pool without its threads:
-    work handed to it would wait forever. The child makes a pool of its own when it needs one."""
-    global _POOL
-    _POOL = None
-
-
-os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def in_float16(tree: LoopTree) -> LoopTree:
@@ -193,7 +174,6 @@ def check_parallel(tree: LoopTree) -> set[str]:
     return private
 
 
-
 class NativeKernel(KernelBase):
     """Machine code for a loop tree, callable on numpy arrays (on a host that runs its target)."""
 
@@ -204,8 +184,10 @@ class NativeKernel(KernelBase):
         # the tensorized instruction (backend.tensorize registry entry) its contraction runs on
         self.tensorized = next((c.expr.instr for _, c in lowered.computes() if isinstance(c.expr, Dot)), None)
         self._segments = segments
+        private = set(private)
+        everywhere = copies_per_thread(lowered, private, once)      # adds the temps those copies write
         self._private = private
-        self._threads = os.cpu_count() or 1
+        self._threads = min(os.cpu_count() or 1, MAX_THREADS)
         self._shared = {t.name: allocate_storage(t) for t in lowered.temps if t.name not in private}
         self._per_thread: list[dict[str, np.ndarray]] = []
         self._bound: tuple = _UNBOUND    # the arrays of the last call
@@ -215,7 +197,10 @@ class NativeKernel(KernelBase):
         steps = [(c.func, _iterations(lowered, node), isinstance(node, Loop) and "parallel" in node.annotations)
                  for c, _, node in segments]
         self._once, self._steps = steps[:once], steps[once:]
+        self._work = [_work(lowered, node) for _, _, node in segments[once:]]    # how threads share them
         self._parallel = any(parallel for _, _, parallel in self._steps)
+        self._steps = [(func, n, EVERY_THREAD if once + i in everywhere else parallel)
+                       for i, (func, n, parallel) in enumerate(self._steps)]
 
     @property
     def threads(self) -> int:
@@ -224,9 +209,7 @@ class NativeKernel(KernelBase):
 
     @threads.setter
     def threads(self, n: int) -> None:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ArgumentError(f"kernel.threads must be a positive integer, got {n!r}")
-        if n != self._threads:
+        if check_threads(n) != self._threads:
             self._threads = n
             self._bound = _UNBOUND     # the prebuilt call holds one pointer block per thread
 
@@ -301,25 +284,15 @@ class NativeKernel(KernelBase):
             func(block, 0, n)
         self._bound = tuple(arrays)
         steps = self._steps
-        if len(steps) == 1 and not (steps[0][2] and threads > 1):
+        if threads > 1:
+            self._run = parallel_call(steps, self._work, ptrs, threads)
+        elif len(steps) == 1:
             self._run = partial(steps[0][0], block, 0, steps[0][1])
-            return
-
-        def run() -> None:
-            for func, n, parallel in steps:
-                if parallel and threads > 1:
-                    self._run_parallel(func, n, ptrs)
-                else:
+        else:
+            def run() -> None:
+                for func, n, _ in steps:
                     func(block, 0, n)
-        self._run = run
-
-    def _run_parallel(self, func, n: int, ptrs) -> None:
-        t = min(self.threads, n)
-        bounds = [n * i // t for i in range(t + 1)]
-        futures = [_pool().submit(func, ptrs[i].cdata, bounds[i], bounds[i + 1]) for i in range(1, t)]
-        func(ptrs[0].cdata, bounds[0], bounds[1])
-        for f in futures:
-            f.result()
+            self._run = run
 
 
 def _iterations(tree: LoopTree, node) -> int:
@@ -327,3 +300,8 @@ def _iterations(tree: LoopTree, node) -> int:
         return 1
     size = tree.dim_size(node.dim)
     return -(-size // node.step)
+
+
+def _work(tree: LoopTree, node) -> float:
+    """Iterations with a partial last one counted by its share (how threads.chunk_bounds balances)."""
+    return tree.dim_size(node.dim) / node.step if isinstance(node, Loop) else 1.0

@@ -26,6 +26,7 @@ import functools
 import hashlib
 import importlib.util
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -61,6 +62,7 @@ class Target:
     compute_dtype: str = "float32"  # what the vector arithmetic computes in (neon_fp16: float16)
     cpu: str = ""               # CPU preset (an llvm-mca -mcpu name) or "" for the host / a generic core
     clock_ghz: float = 0.0      # the preset's clock, for predicted GFLOPS (0: unknown)
+    cores: int = 1              # threads a default schedule splits its work for (host targets: this machine's)
 
     def lanes(self, dtype=None) -> int:
         """Elements of `dtype` (default: the compute dtype) in one vector register: 8 float32
@@ -166,7 +168,7 @@ def host_arch() -> str:
 
 
 def _with_host_caches(t: Target) -> Target:
-    return dataclasses.replace(t, **cpu.cache_sizes())
+    return dataclasses.replace(t, **cpu.cache_sizes(), cores=os.cpu_count() or 1)
 
 
 def _with_preset(t: Target, name: str) -> Target:

@@ -277,41 +277,37 @@ def test_parallel_loop_matches_serial_exactly():
     np.testing.assert_allclose(parallel, A @ B, rtol=1e-4, atol=1e-4)
 
 
-class _CountingPool:
-    """Stands in for the kernels' thread pool: counts the chunks handed to other threads."""
+class _CountingTeam:
+    """Stands in for the process's thread team: records the thread count of each job handed to it."""
 
     def __init__(self):
-        self.chunks = 0
+        self.jobs = []
 
-    def submit(self, fn, *args):
-        from concurrent.futures import Future
-
-        self.chunks += 1
-        f = Future()
-        f.set_result(fn(*args))
-        return f
+    def run(self, job):
+        self.jobs.append(job.threads)
+        job.run_here()
 
 
 def test_thread_count_takes_effect_whenever_it_is_set(monkeypatch):
     """`kernel.threads` set after the first call changes the next call (the call prebuilt at the
     first call must not keep the thread count of that moment)."""
-    from loopstack.backend import native
+    from loopstack.backend import threads
 
-    pool = _CountingPool()
-    monkeypatch.setattr(native, "_pool", lambda: pool)
+    team = _CountingTeam()
+    monkeypatch.setattr(threads, "team", lambda: team)
     kernel = compile(_parallel_matmul(61, 40, 33))
     A, B = matmul_args(61, 40, 33)
     C = np.zeros((61, 40), np.float32)
     kernel.threads = 1
     kernel(A, B, C)
-    assert pool.chunks == 0
+    assert team.jobs == []
     kernel.threads = 3              # the same arrays: the prebuilt call must be rebuilt
     kernel(A, B, C)
-    assert pool.chunks == 2         # two of three chunks on other threads
+    assert team.jobs == [3]
     np.testing.assert_allclose(C, A @ B, rtol=1e-4, atol=1e-4)
     kernel.threads = 1
     kernel(A, B, C)
-    assert pool.chunks == 2
+    assert team.jobs == [3]
 
 
 def _run_in_child(kernel, A, B, conn):

@@ -14,7 +14,7 @@ def _parallel_loops(tree):
     return [a.args[0] for a in tree.actions if a.kind == "annotate" and a.args[1] == "parallel"]
 
 
-@pytest.mark.parametrize("name", ["MM-256", "CONV-1", "MLP-8x1024"])
+@pytest.mark.parametrize("name", ["MM-256", "CONV-1", "MLP-8x1024", "MLP-64x256"])
 def test_default_schedules_of_large_nests_run_bit_identical_on_any_thread_count(name):
     Y, reference = get_workload(name).build(seed=3)
     tree = default_schedule(Y)
@@ -62,3 +62,34 @@ def test_the_tuners_candidates_are_parallel_too():
     Y.set(tree)
     kernel = Y.compile()
     assert kernel._parallel
+
+
+def _cores(n):
+    import dataclasses
+
+    from loopstack.isa.target import host_target
+
+    return dataclasses.replace(host_target(), cores=n)
+
+
+def _parallel_entries(tree):
+    return [tree.loop(ref).entry for ref in _parallel_loops(tree)]
+
+
+def test_chained_layers_split_their_rows_between_the_cores():
+    """MLP-64x256's layers each read the whole layer before: each core takes 32 of the 64 rows
+    of every layer (it then reads only rows it wrote), not half of every layer's columns."""
+    Y, _ = get_workload("MLP-64x256").build(seed=0)
+    assert _parallel_entries(default_schedule(Y, _cores(2))) == [("b", 2, 0)] * 3
+    assert _parallel_entries(default_schedule(Y, _cores(4))) == [("b", 4, 0)] * 3
+    one = _parallel_entries(default_schedule(Y, _cores(1)))      # one core: the panels, as before
+    assert [v for v, _, _ in one] == ["j", "l", "o"]
+
+
+@pytest.mark.parametrize("name, why", [("MLP-64x1024", "4 MiB of weights per layer: each core reads half"),
+                                       ("MLP-8x1024", "8 rows: fewer than a register block per core"),
+                                       ("MM-512", "one matmul: no layer before or after it")])
+def test_other_nests_split_their_column_panels(name, why):
+    Y, _ = get_workload(name).build(seed=0)
+    entries = _parallel_entries(default_schedule(Y, _cores(2)))
+    assert entries and all(v != "b" and v != "m" for v, _, _ in entries), (why, entries)

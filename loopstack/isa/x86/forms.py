@@ -120,6 +120,11 @@ _ROWS: list[tuple[str, ...]] = [
     ("cpuid",      "",                  "0F A2",              "ZO",  "X64"),
     ("xgetbv",     "",                  "0F 01 D0",           "ZO",  "XSAVE"),
     ("rdtsc",      "",                  "0F 31",              "ZO",  "X64"),
+    # --- threads: spin-waits, an atomic exchange (a full barrier), futex system calls --------
+    ("pause",      "",                  "F3 90",              "ZO",  "X64"),
+    ("xchg",       "r/m64, r64",        "REX.W 87 /r",        "MR",  "X64"),
+    ("xchg",       "r/m32, r32",        "87 /r",              "MR",  "X64"),
+    ("syscall",    "",                  "0F 05",              "ZO",  "X64"),
     ("prefetchnta", "m8",               "0F 18 /0",           "M",   "SSE"),
     ("prefetcht0", "m8",                "0F 18 /1",           "M",   "SSE"),
     ("prefetcht1", "m8",                "0F 18 /2",           "M",   "SSE"),
