@@ -50,7 +50,7 @@ def gemm(n: int, seed: int = 0):
 
 def vector_default(C):
     """The default schedule as if the CPU had no tile unit: the vector instruction's block."""
-    with mock.patch("loopstack.tune.tensorized.on_tiles", lambda target: False):
+    with mock.patch("loopstack.tune.tensorized.has_tiles", lambda target: False):
         return default_schedule(C)
 
 

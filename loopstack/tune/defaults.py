@@ -473,7 +473,7 @@ def default_schedule(tensor, target=None):
 
     # an integer contraction on tile blocks keeps the program's loops: the blocks are the tile
     # rewriter's own, the same code as a compile without a schedule (tune.tensorized)
-    tiled = [nid for nid in plans if integer_contraction(g, nid) and on_tiles(tgt)]
+    tiled = [nid for nid in plans if integer_contraction(g, nid) and on_tiles(tree, nid, tgt)]
     plans = {nid: p for nid, p in plans.items() if nid not in tiled}
     if not plans and not tiled:
         return _elementwise(tree, tgt)
@@ -499,7 +499,7 @@ def default_schedule(tensor, target=None):
         if ns.order != tree._sched[nid].order:
             tree = set_order(tree, nid, ns.order)
     for nid in tiled:
-        tree = tensorized_default(tree, nid, "amx")
+        tree = tree.tensorize(tree.ref_of(nid), "amx")
     for nid, p in plans.items():
         if integer_contraction(g, nid):
             tree = tensorized_default(tree, nid)

@@ -35,7 +35,7 @@ def integer_contraction(g, nid: int) -> bool:
     return all(g.node(i).dtype in ("int8", "uint8") for i in prod.inputs)
 
 
-def on_tiles(target) -> bool:
+def has_tiles(target) -> bool:
     """Whether integer contractions compiled for `target` on this host may run on tile blocks
     (AMX: the CPU's features and Linux's grant of the tile state)."""
     from ..backend.tensorize.apply import tile_instructions
@@ -43,18 +43,29 @@ def on_tiles(target) -> bool:
     return bool(tile_instructions(target))
 
 
-def tensorized_default(tree, nid: int, request: str = "auto"):
-    """The default schedule's integer contraction on `request` (the widest vector instruction,
-    or "amx": tile blocks), its loops kept (the rewriter packs the weights itself); on the
-    vector instruction where tiles do not apply, as it is where nothing does."""
+def on_tiles(tree, nid: int, target) -> bool:
+    """Whether the integer contraction `nid` runs on tile blocks with the program's own loops
+    (a matrix multiply, a unit-stride convolution with its channels innermost)."""
     from ..errors import ScheduleError
 
-    for r in dict.fromkeys((request, "auto")):
-        try:
-            return tree.tensorize(tree.ref_of(nid), r)
-        except ScheduleError:
-            continue
-    return tree
+    if not has_tiles(target):
+        return False
+    try:
+        tree.tensorize(tree.ref_of(nid), "amx")
+    except ScheduleError:
+        return False
+    return True
+
+
+def tensorized_default(tree, nid: int):
+    """The default schedule's integer contraction on its instruction, its loops kept (the
+    rewriter packs the weights itself); as it is where no instruction applies."""
+    from ..errors import ScheduleError
+
+    try:
+        return tree.tensorize(tree.ref_of(nid), "auto")
+    except ScheduleError:
+        return tree
 
 
 def tile_plans(session) -> list[Plan]:
@@ -67,7 +78,7 @@ def tile_plans(session) -> list[Plan]:
     from ..backend.tensorize.scheduled import tile_limits
     from .mappers import _roles
 
-    if not on_tiles(session.target):
+    if not has_tiles(session.target):
         return []
     own = Plan(tuple((v, ()) for v in session.sizes), tuple(loop_names(session.base, session.nid)), (), "amx")
     vec, row, others, red = _roles(session)

@@ -134,3 +134,24 @@ def test_on_tiles_the_default_is_the_compiles_own_code():
         (stack, _), = [(s_, c) for s_, c in kernel.lowered.computes() if c.reduce == "add"]
         return [(lp.dim, lp.step) for lp in stack]
     assert loops(plain) == loops(tuned_start)
+
+
+def test_a_contraction_tiles_cannot_take_keeps_the_planned_vector_default():
+    """An int8 convolution of channels outermost (no tile form): the default schedule is the
+    planned loop order on the vector instruction, on an AMX CPU as on any other."""
+    from int8_programs import ints
+
+    rng = np.random.default_rng(3)
+    x, w = ints(rng, "int8", (8, 6, 7)), ints(rng, "int8", (16, 8, 3, 3))
+    s = lt.SymbolGenerator()
+    X = lt.nn.pad(lt.Tensor(x).to(s.c, s.h, s.w), (s.h, 1), (s.w, 1))
+    Y = lt.nn.conv(X, lt.Tensor(w).to(s.co, s.c, s.kh, s.kw), X.symbolic_shape[1:], [s.kh, s.kw])
+    tree = default_schedule(Y)
+    assert [a.kind for a in tree.actions].count("set_order") >= 1
+    kernel = tree.compile()
+    assert kernel.tensorized is not None and not kernel.tensorized.startswith("amx")
+    xp = np.pad(x.astype(np.int32), ((0, 0), (1, 1), (1, 1)))
+    ref = sum(np.einsum("chw,oc->hwo", xp[:, i:i + 6, j:j + 7], w[:, :, i, j].astype(np.int32))
+              for i in range(3) for j in range(3))
+    Y.set(tree)
+    np.testing.assert_array_equal(Y.numpy(), ref)
