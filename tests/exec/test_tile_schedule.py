@@ -191,3 +191,18 @@ def test_without_amx_the_request_names_the_missing_features(monkeypatch):
     tree = C.loop_tree
     with pytest.raises(ScheduleError, match=r"amx.tdpbusd: .* code cannot use it \(needs amx_int8, amx_tile\)"):
         tree.tensorize(contraction(tree), "amx.tdpbusd")
+
+
+def test_an_edit_after_the_request_that_tiles_cannot_keep_is_refused():
+    """Every later action is checked against the request: the schedule never holds a tile
+    request it would fail to compile."""
+    needs_tiles()
+    C, ref = program(64, 64, 128)
+    tree = C.loop_tree.tensorize(contraction(C.loop_tree), "amx")
+    with pytest.raises(ScheduleError, match=r"over k steps by \d+; a tile block \(amx.tdpbusd\) runs the whole"):
+        tree.split(1, 64)                     # L1: the reduction
+    with pytest.raises(ScheduleError, match=r"over m steps by 8, not a multiple of amx.tdpbusd's 16 tile rows"):
+        tree.split(0, 8)
+    tree = tree.split(0, 32)                  # m by 2 tiles: kept
+    C.set(tree)
+    np.testing.assert_array_equal(C.numpy(), ref)
