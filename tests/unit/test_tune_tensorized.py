@@ -62,6 +62,11 @@ def test_tune_searches_the_tensorized_outer_loops(tmp_path, mapper, cost_model):
     assert res.measured >= 2
     # every candidate measured is a tensorized schedule, recorded in the database
     assert all(any(a[0] == "tensorize" for a in h["actions"]) for h in res.history)
+    # on tile blocks where the CPU has them (the start among them), and only there
+    on_tiles = [h for h in res.history if any(a[0] == "tensorize" and a[1][1] == "amx" for a in h["actions"])]
+    assert bool(on_tiles) == tiles_granted()
+    if on_tiles:
+        assert any(a[0] == "tensorize" and a[1][1] == "amx" for a in res.history[0]["actions"])
     with sqlite3.connect(db) as con:
         tables = [r[0] for r in con.execute("select name from sqlite_master where type='table'")]
         rows = sum(con.execute(f"select count(*) from {t}").fetchone()[0] for t in tables)
