@@ -206,3 +206,30 @@ def test_an_edit_after_the_request_that_tiles_cannot_keep_is_refused():
     tree = tree.split(0, 32)                  # m by 2 tiles: kept
     C.set(tree)
     np.testing.assert_array_equal(C.numpy(), ref)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_any_schedule_is_refused_at_the_action_or_compiles_exactly(data):
+    """Arbitrary splits of every loop (any step, the reduction too) in any order above the
+    reduction: the request is refused at the action, or the schedule compiles on tiles and is exact."""
+    needs_tiles()
+    M, N, K = (data.draw(st.integers(2, 70), d) for d in "MNK")
+    C, ref = program(M, N, K, seed=data.draw(st.integers(0, 99)))
+    inner, outer = [], []
+    for var, size in (("m", M), ("n", N), ("k", K)):
+        step = data.draw(st.sampled_from([1, 16, 32, 1, 16, 32, 4, 8, 48, 64]), f"{var} step")
+        o, i = split(var, size, step) if step > 1 else ([(var, size, 0)], [])
+        outer += o
+        inner += i
+    outer = data.draw(st.permutations(outer), "outer order")
+    tree = scheduled(C, list(outer) + inner)
+    try:
+        tree = tree.tensorize(contraction(tree), "amx")
+    except ScheduleError as e:
+        assert "tensorize" in str(e) and ("loop L" in str(e) or "steps by" in str(e)), str(e)
+        return
+    kernel = tree.compile()
+    assert kernel.tensorized == "amx.tdpbusd"
+    C.set(tree)
+    np.testing.assert_array_equal(C.numpy(), ref)
