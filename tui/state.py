@@ -26,7 +26,7 @@ KEYS = (   # (keys, what they do): the `?` pane
     ("Backspace, m", "merge the loop into its parent; on a copy: delete it"),
     ("v  u  p", "toggle vectorize / unroll / parallel on the loop"),
     ("r  R", "decrease / increase the node's reuse of shared loops"),
-    ("x", "toggle tensorize on a sum of products (its dot-product instruction)"),
+    ("x  X", "toggle tensorize on a sum of products: its dot-product instruction / tile blocks (AMX)"),
     ("z  y", "undo / redo"),
     ("b", "benchmark longer (1 s)"),
     ("a  t", "pane: assembly of the innermost loop / schedule as text"),
@@ -220,14 +220,14 @@ class Session:
         new = "" if now == kind else kind
         self.change(f"L{c}: {new or 'no annotation'}", lambda t: t.annotate(c, new))
 
-    def tensorize(self) -> None:
+    def tensorize(self, request: str = "auto") -> None:
         c = self.cursor
         if self._kind() != "node":
             self.say(f"L{c} is a loop: tensorize applies to a node (a sum of products)", error=True)
             return
         from .tensorize import toggle_tensorize
 
-        label, fn = toggle_tensorize(self.tree, c)
+        label, fn = toggle_tensorize(self.tree, c, request)
         self.change(label, fn)
 
     def reuse(self, more: bool) -> None:
@@ -308,7 +308,7 @@ class Session:
             "v": lambda: self.annotate("vectorize"), "u": lambda: self.annotate("unroll"),
             "p": lambda: self.annotate("parallel"),
             "r": lambda: self.reuse(False), "R": lambda: self.reuse(True),
-            "x": self.tensorize,
+            "x": self.tensorize, "X": lambda: self.tensorize("amx"),
             "z": self.undo, "y": self.redo, "b": self.long_bench,
             "a": lambda: self.toggle_pane("asm"), "t": lambda: self.toggle_pane("text"),
             "?": lambda: self.toggle_pane("help"),

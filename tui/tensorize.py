@@ -1,4 +1,6 @@
-"""The TUI's `x` key: toggle the `tensorize` action on a sum of products.
+"""The TUI's `x` and `X` keys: toggle the `tensorize` action on a sum of products (`x`: its
+dot-product instruction; `X`: tile blocks, AMX, which keep only the schedule's whole-tile splits
+of the output and its parallel loop).
 
 A refusal names why no instruction applies; the status line is one line, so it shows the
 request and the first candidate's reason (the whole list is the action's error, e.g. in Python).
@@ -14,9 +16,13 @@ def one_line(e: ScheduleError) -> str:
     return " ".join(lines[:2])
 
 
-def toggle_tensorize(tree, ref: int):
-    """(status label, tree -> tree) for the `x` key at node `ref`."""
-    new = "" if tensorized(tree, ref) else "auto"
+WHAT = {"auto": "the widest dot-product instruction", "amx": "tile blocks"}
+
+
+def toggle_tensorize(tree, ref: int, request: str = "auto"):
+    """(status label, tree -> tree) for the `x` ("auto") or `X` ("amx") key at node `ref`:
+    `request`, or none where the node has it already."""
+    new = "" if tensorized(tree, ref) == request else request
 
     def fn(t):
         try:
@@ -26,4 +32,4 @@ def toggle_tensorize(tree, ref: int):
         return out
 
     nid = tree.ir_node(ref)
-    return (f"%{nid}: tensorized (the widest dot-product instruction)" if new else f"%{nid}: not tensorized"), fn
+    return (f"%{nid}: tensorized ({WHAT[new]})" if new else f"%{nid}: not tensorized"), fn

@@ -6,6 +6,9 @@ reads) to run on the widest dot-product instruction the target has; `tree.tensor
 form of one), and `tree.tensorize(ref, "")` clears the request. The node's loops stay the
 schedule's: the backend places the instruction's lanes and k-byte groups innermost and keeps
 every loop above them (splits of the lane and reduction dimensions must be whole instructions).
+A tile entry (`"amx"`, `"amx.tdpbusd"`) keeps the splits of the output's rows and columns by
+whole 16 x 16 tiles as its block loops, and the parallel loop; it runs the reduction whole, so a
+split of it is refused (backend.tensorize.scheduled.TileSchedule says which loops are kept).
 
 Like a `vectorize` or `parallel` annotation, the request is checked by compiling the tree for
 the default target: a request no instruction can satisfy is refused with each candidate's

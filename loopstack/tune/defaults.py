@@ -480,7 +480,13 @@ def default_schedule(tensor, target=None):
         # a reduction to a 0-d output (a full sum) has no output block to plan: it keeps its order
         if n.op in SCHEDULED and g.reduced(n) and n.vars:
             plans[n.id] = plan(g, n, tgt)
-    if not plans:
+    from .tensorized import integer_contraction, on_tiles, tensorized_default
+
+    # an integer contraction on tile blocks keeps the program's loops: the blocks are the tile
+    # rewriter's own, the same code as a compile without a schedule (tune.tensorized)
+    tiled = [nid for nid in plans if integer_contraction(g, nid) and on_tiles(tree, nid, tgt)]
+    plans = {nid: p for nid, p in plans.items() if nid not in tiled}
+    if not plans and not tiled:
         return _elementwise(tree, tgt)
     for nid, p in plans.items():
         if _rows_per_core_pay(g, g.node(nid), p, tgt):
@@ -506,8 +512,8 @@ def default_schedule(tensor, target=None):
     for nid, ns in sched.items():
         if ns.order != tree._sched[nid].order:
             tree = set_order(tree, nid, ns.order)
-    from .tensorized import integer_contraction, tensorized_default
-
+    for nid in tiled:
+        tree = tree.tensorize(tree.ref_of(nid), "amx")
     for nid, p in plans.items():
         if integer_contraction(g, nid):
             tree = tensorized_default(tree, nid)

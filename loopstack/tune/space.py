@@ -203,7 +203,7 @@ def exact_plan(base, tree, nid: int) -> Plan | None:
     except ScheduleError:
         return None
     for stage in stagings(len(base.graph.node(stage_node(base, nid)).inputs)):
-        q = Plan(p.tiles, p.order, stage)
+        q = Plan(p.tiles, p.order, stage, tree.node_schedule(nid).tensorize)
         try:
             if realize(base, q, nid).key() == tree.key():
                 return q

@@ -8,10 +8,16 @@ candidate is a `Plan` with `tensorize="auto"`: the schedule's loops, then the `t
 on the contraction, so the result replays from the database like any other schedule. Without
 the action the backend tensorizes with its own fixed block and ignores the loops the tuner
 would vary, so an integer contraction is searched here instead of by the float mappers.
+
+Where the CPU has tile units (AMX, and Linux grants the tile state) the tile blocks are a family
+of their own (`tile_plans`, `tensorize="amx"`), searched first: the block's shape in tiles,
+which operand's blocks are outermost, the parallel loop. The default schedule is then the
+tile rewriter's own blocks (a compile without a schedule), so the search starts from the
+fastest code the compile has and never returns slower.
 """
 from __future__ import annotations
 
-from .space import Plan, cache_tiles, register_blocks, window_permutations
+from .space import Plan, cache_tiles, loop_names, register_blocks, window_permutations
 
 
 def is_integer_contraction(session) -> bool:
@@ -29,6 +35,28 @@ def integer_contraction(g, nid: int) -> bool:
     return all(g.node(i).dtype in ("int8", "uint8") for i in prod.inputs)
 
 
+def has_tiles(target) -> bool:
+    """Whether integer contractions compiled for `target` on this host may run on tile blocks
+    (AMX: the CPU's features and Linux's grant of the tile state)."""
+    from ..backend.tensorize.apply import tile_instructions
+
+    return bool(tile_instructions(target))
+
+
+def on_tiles(tree, nid: int, target) -> bool:
+    """Whether the integer contraction `nid` runs on tile blocks with the program's own loops
+    (a matrix multiply, a unit-stride convolution with its channels innermost)."""
+    from ..errors import ScheduleError
+
+    if not has_tiles(target):
+        return False
+    try:
+        tree.tensorize(tree.ref_of(nid), "amx")
+    except ScheduleError:
+        return False
+    return True
+
+
 def tensorized_default(tree, nid: int):
     """The default schedule's integer contraction on its instruction, its loops kept (the
     rewriter packs the weights itself); as it is where no instruction applies."""
@@ -38,6 +66,36 @@ def tensorized_default(tree, nid: int):
         return tree.tensorize(tree.ref_of(nid), "auto")
     except ScheduleError:
         return tree
+
+
+def tile_plans(session) -> list[Plan]:
+    """Tile blocks (AMX), where the target has them: the program's loops (the tile rewriter's
+    own blocks, as a compile without a schedule), then each block shape the tile registers hold
+    (rows x columns of 16 x 16 tiles: scheduled.tile_limits) with the rows' or the columns'
+    blocks outermost (which operand's panel is read once; the outermost loop runs in parallel).
+    The reduction runs whole inside a block (the accumulators stay in tile registers); a
+    convolution keeps its own blocks (TileSchedule), so it has the first plan alone."""
+    from ..backend.tensorize.scheduled import tile_limits
+    from .mappers import _roles
+
+    if not has_tiles(session.target):
+        return []
+    own = Plan(tuple((v, ()) for v in session.sizes), tuple(loop_names(session.base, session.nid)), (), "amx")
+    vec, row, others, red = _roles(session)
+    if row is None or others:
+        return [own]
+    rows_max, cols_max, acc_max = tile_limits()
+    out = [own]
+    for rows in range(rows_max, 0, -1):
+        for cols in range(min(cols_max, acc_max // rows), 0, -1):
+            split = {v: 16 * t for v, t in ((row, rows), (vec, cols)) if 16 * t < session.sizes[v]}
+            if not split:
+                continue            # one block covers the output: the rewriter's own
+            tiles = tuple((v, (split[v],) if v in split else ()) for v in session.sizes)
+            inner = tuple(v + "'" for v in (row, vec) if v in split)
+            for outer in ((row, vec), (vec, row)):
+                out.append(Plan(tiles, outer + tuple(v for v in session.sizes if v in red) + inner, (), "amx"))
+    return out
 
 
 def plans(session) -> list[Plan]:
@@ -71,13 +129,13 @@ def plans(session) -> list[Plan]:
 
 
 def search(session, best):
-    """The best (GFLOPS, plan): the tensorized plans, then the orders of the loops above the
-    best one's register block (the innermost rows and lane panel stay innermost); `best` (the
-    start) competes throughout."""
+    """The best (GFLOPS, plan): the tile plans, the vector instruction's plans, then (where one
+    of those wins) the orders of the loops above the best one's register block (the innermost
+    rows and lane panel stay innermost); `best` (the start) competes throughout."""
     from .mappers import _block_depth, _keep_best
 
-    best = _keep_best(session, plans(session), best)
-    if best[1].tensorize and not session.exhausted():
+    best = _keep_best(session, tile_plans(session) + plans(session), best)
+    if best[1].tensorize == "auto" and not session.exhausted():
         order = best[1].order
         n = len(order) - _block_depth(session, order)
         best = _keep_best(session, [Plan(best[1].tiles, tuple(o) + tuple(order[n:]), (), "auto")

@@ -216,20 +216,6 @@ def test_the_tile_probe_runs():
     assert int8_peak(instruction("amx.tdpbusd")) > 0
 
 
-def test_a_schedule_naming_a_tile_instruction_is_refused_with_the_reason():
-    import loopstack as lt
-    from loopstack.errors import ScheduleError
-
-    needs_amx()                      # elsewhere the refusal says the target cannot use AMX
-    rng = np.random.default_rng(0)
-    s = lt.SymbolGenerator()
-    C = (lt.Tensor(ints(rng, "uint8", (32, 64))).to(s.m, s.k) * lt.Tensor(ints(rng, "int8", (64, 32))).to(s.k, s.n)).sum(s.k)
-    t = C.loop_tree
-    with pytest.raises(ScheduleError, match="amx.tdpbusd: tile blocks keep no schedule's loops"):
-        C.set(t.tensorize(t.ref_of(3), "amx.tdpbusd"))
-        lt.compile(C, "avx512")
-
-
 def test_amx_permission_agrees_with_the_cpu_features():
     granted, why = cpu.amx_permission()
     has = {"amx_tile", "amx_int8"} <= cpu.cpu_features()

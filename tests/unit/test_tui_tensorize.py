@@ -62,3 +62,39 @@ def test_a_float_contraction_is_refused_with_its_dtype():
     if lt.default_target() == "interp":
         pytest.skip("the interpreter checks no instruction (it ignores the request)")
     assert s.error and "float32" in s.message and s.tree == s.initial
+
+
+def tiles_here():
+    from loopstack.backend.tensorize.apply import tile_instructions
+    from loopstack.isa.target import host_target
+
+    return lt.default_target() != "interp" and bool(tile_instructions(host_target()))
+
+
+def test_shift_x_toggles_tile_blocks_or_says_why_not(monkeypatch):
+    s = int8_session()
+    s.cursor = s.tree.ref_of(3)
+    if tiles_here():
+        keys(s, "X")
+        assert not s.error and "tile blocks" in s.message and s.tree.node_schedule(3).tensorize == "amx"
+        assert s.tree.compile().tensorized == "amx.tdpbusd"
+        keys(s, "x")                          # from tiles to the dot-product instruction
+        assert s.tree.node_schedule(3).tensorize == "auto"
+        keys(s, "X", "X")                     # tiles, then cleared
+        assert s.tree.node_schedule(3).tensorize == "" and "not tensorized" in s.message
+        # a split no tile block keeps: refused on the status line, the schedule kept
+        order = [("m", 8, 0), ("n", 4, 0), ("k", 64, 0), ("m", 8, 0), ("n", 16, 0)]
+        s.tree = s.tree.set_order(2, order).set_order(3, order)
+        before = s.tree
+        s.cursor = s.tree.ref_of(3)
+        keys(s, "X")
+        assert s.error and s.tree == before and "not a multiple of" in s.message and "16 tile rows" in s.message
+        assert "\n" not in s.message
+    # a CPU without AMX (or Linux refusing the tile state): refused naming what is missing
+    monkeypatch.setattr(cpu, "amx_permission", lambda: (False, "arch_prctl refused (test)"))
+    s = int8_session(32)                      # a program no compile above has cached
+    s.cursor = s.tree.ref_of(3)
+    keys(s, "X")
+    if lt.default_target() == "interp":
+        pytest.skip("the interpreter checks no instruction (it ignores the request)")
+    assert s.error and "needs amx_int8, amx_tile" in s.message and s.tree == s.initial

@@ -71,12 +71,14 @@ def _reindex(acc: Access, dims: list[str], by: dict[str, Affine], zero_pad: bool
 
 
 def tensorize_tiles(tree: LoopTree, instr: TensorInstr, *, block: tuple[int, int] = BLOCK,
-                    avoid: frozenset[str] = frozenset(), transposed: bool = True, parallel: bool = False) -> Rewrite:
+                    avoid: frozenset[str] = frozenset(), transposed: bool = True, parallel: bool = False,
+                    schedule=None) -> Rewrite:
     """`tree` (one matrix multiply or convolution) rewritten so `instr` computes it in tiles. The instruction's
     row operand `a` is the one the output's rows index; with `transposed`, also the other
     (a product commutes: the tiles then hold the output's transpose, stored back through the
     epilogue) — the way a product of int8 x uint8 runs as uint8 x int8 where only that
-    instruction exists. `parallel`: the outermost loop (the blocks' rows) runs in parallel."""
+    instruction exists. `parallel`: the outermost loop (the blocks' rows) runs in parallel.
+    `schedule` (scheduled.TileSchedule): the schedule's loops the blocks keep instead."""
     if not instr.tile:
         raise UnsupportedError(f"{instr.name} is no tile instruction")
     stmts = list(tree.computes())
@@ -105,13 +107,13 @@ def tensorize_tiles(tree: LoopTree, instr: TensorInstr, *, block: tuple[int, int
         a, b = binding["a"], binding["b"]
         rewrite = _rewrite if _dims_alone(a) is not None and len(stmt.out.index) == 2 else _rewrite_conv
         try:
-            return rewrite(tree, stmt, instr, a, b, block, avoid, parallel)
+            return rewrite(tree, stmt, instr, a, b, block, avoid, parallel, schedule)
         except UnsupportedError as e:
             why.append(str(e))
     raise UnsupportedError(why[0])
 
 
-def _rewrite(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
+def _rewrite(tree, stmt, instr, a, b, block, avoid, parallel, schedule) -> Rewrite:
     a_dims, b_dims, out_dims = _dims_alone(a), _dims_alone(b), _dims_alone(stmt.out)
     if a_dims is None or b_dims is None or out_dims is None or len(out_dims) != 2:
         raise UnsupportedError(f"{instr.name}: not a matrix multiply of single-dimension indices: {stmt}")
@@ -180,8 +182,15 @@ def _rewrite(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
     ma, mb, mc = operands({m: Affine.of((mt, 16), (mi, 1)), r: Affine.of((kt, 64), (kg, 4), (kj, 1))},
                           (Affine.of(nt), Affine.of((kt, 16), (kg, 1)), Affine.of(ni), Affine.of(kj)),
                           {m: Affine.of((mt, 16), (mi, 1)), n: Affine.of((nt, 16), (ni, 1))})
+    blocks = None
+    if schedule is not None:            # the schedule's block loops, or its parallel loop alone
+        blocks, kept = schedule.blocks({m: mt, n: nt}, {r}, instr, block)
+        if blocks is None:
+            parallel = kept
+        else:
+            block = kept
     rows, cols = block
-    outer = _block_loops(mt, rows, nt, cols, parallel, Mp * Kp, Np * Kp) + [(kt, 1), (mt, 1), (nt, 1)]
+    outer = (blocks or _block_loops(mt, rows, nt, cols, parallel, Mp * Kp, Np * Kp)) + [(kt, 1), (mt, 1), (nt, 1)]
     epilogue = []
     if not direct:
         epilogue.append(_epilogue(stmt, Load(Access(c_name, (Affine.of(m), Affine.of(n)))), out_dims, fresh))
@@ -287,13 +296,15 @@ def _conv_shape(tree, stmt, a, b):
     return batch, spatial, c, taps, kd
 
 
-def _rewrite_conv(tree, stmt, instr, a, b, block, avoid, parallel) -> Rewrite:
+def _rewrite_conv(tree, stmt, instr, a, b, block, avoid, parallel, schedule) -> Rewrite:
     """A unit-stride convolution as tiles: its output pixels along (oh, ow) are the tile rows on a
     grid as wide as the zero-bordered input row (implicit GEMM): the pixel q = oh * Ws + ow reads
     the staged input row q + r * Ws + s for tap (r, s), affine in q, so a tile is 16 consecutive
     grid points at the channels' row stride. The grid's columns past the output's width are
     computed and dropped by the epilogue (2 of every Ws + 2 for a 3x3 window)."""
     batch, spatial, c, taps, kd = _conv_shape(tree, stmt, a, b)
+    if schedule is not None:
+        parallel = schedule.convolution_parallel(instr)
     b_dims, out_dims = _dims_alone(b), _dims_alone(stmt.out)
     sizes = dict(tree.dims)
     (hp, oh, rh), (wp, ow, rw) = spatial
