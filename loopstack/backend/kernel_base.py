@@ -90,6 +90,11 @@ class KernelBase:
         self.check_arguments(arrays)
         self._execute(arrays)
 
+    def bind(self, *arrays: np.ndarray):
+        """A call on `arrays` as a function of no arguments, checked once here."""
+        self.check_arguments(arrays)
+        return functools.partial(self._execute, tuple(arrays))
+
     def run(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         """Run on `inputs`, returning freshly allocated (zero-initialised) outputs."""
         outs = tuple(allocate(b) for b in self.tree.outputs)

@@ -232,10 +232,10 @@ class NativeKernel(KernelBase):
         d.update(self._per_thread[thread])
         return d
 
-    def _pointers(self, arrays, thread: int):
+    def _pointers(self, arrays, thread: int, temps=None):
         from ..isa.execmem import pointer_array
 
-        temps = self._temps(thread)
+        temps = temps[thread] if temps is not None else self._temps(thread)
         bufs = list(arrays) + [temps[t.name] for t in self.lowered.temps]
         params = self.lowered.arguments + self.lowered.temps
         return pointer_array(bufs, [b.kind != "input" for b in params], [b.name for b in params])
@@ -272,16 +272,39 @@ class NativeKernel(KernelBase):
             raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
         if not checked:
             self.check_arguments(arrays)
+        self._run = self._prepared(arrays)
+        self._bound = tuple(arrays)
+
+    def bind(self, *arrays: np.ndarray):
+        """A call of this kernel on `arrays` prepared once, as a function of no arguments:
+        the arrays checked, their pointer block built and the constants packed, in
+        intermediates of its own, so that one kernel serves many sets of arrays (the layers
+        of a network with the same shapes) without redoing that work at every call. The
+        returned function keeps the arrays alive; calling it runs the kernel on them."""
+        if self.closed:
+            raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
+        self.check_arguments(arrays)
         threads = self.threads if self._parallel else 1
-        ptrs = [self._pointers(arrays, t) for t in range(threads)]
+        temps = []
+        for _ in range(threads):
+            own = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name in self._private}
+            temps.append(own)
+        shared = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name not in self._private}
+        for own in temps:
+            own.update(shared)
+        return self._prepared(tuple(arrays), temps)
+
+    def _prepared(self, arrays, temps=None):
+        threads = self.threads if self._parallel else 1
+        ptrs = [self._pointers(arrays, t, temps) for t in range(threads)]
         block = ptrs[0].cdata
         for func, n, _ in self._once:
             func(block, 0, n)
-        self._bound = tuple(arrays)
         steps = self._steps
         if len(steps) == 1 and not (steps[0][2] and threads > 1):
-            self._run = partial(steps[0][0], block, 0, steps[0][1])
-            return
+            run = partial(steps[0][0], block, 0, steps[0][1])
+            run.keep = ptrs     # the pointer blocks hold the arrays and temps the code addresses
+            return run
 
         def run() -> None:
             for func, n, parallel in steps:
@@ -289,7 +312,7 @@ class NativeKernel(KernelBase):
                     self._run_parallel(func, n, ptrs)
                 else:
                     func(block, 0, n)
-        self._run = run
+        return run
 
     def _run_parallel(self, func, n: int, ptrs) -> None:
         t = min(self.threads, n)

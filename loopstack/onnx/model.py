@@ -106,10 +106,12 @@ class CompiledModel:
         for L in self.layers:
             if L.out not in self._store:      # graph outputs: their own memory
                 self._store[L.out] = empty_aligned(L.shape, np.float32)
+        # each layer's call is prepared once on its own arrays (pointer block, packed
+        # constants): layers of one shape share a kernel, not its prepared arguments
         self._calls = []
         for L in self.layers:
             args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]
-            self._calls.append((L, tuple(args) + (self._store[L.out].reshape(L.shape),)))
+            self._calls.append((L, L.kernel.bind(*args, self._store[L.out].reshape(L.shape))))
         self.compile_ms = load_ms + (time.perf_counter() - t0) * 1e3
         self.profile = False
 
@@ -136,13 +138,13 @@ class CompiledModel:
         """{output name: array} for `feeds` ({input name: array})."""
         self._take_inputs(feeds)
         if self.profile:
-            for L, args in self._calls:
+            for L, call in self._calls:
                 t0 = time.perf_counter()
-                L.kernel(*args)
+                call()
                 L.seconds += time.perf_counter() - t0
         else:
-            for L, args in self._calls:
-                L.kernel(*args)
+            for _, call in self._calls:
+                call()
         res = {}
         for name, ref, shape in self.net.outputs:
             if output_names is not None and name not in output_names:
