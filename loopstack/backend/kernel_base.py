@@ -90,8 +90,9 @@ class KernelBase:
         self.check_arguments(arrays)
         self._execute(arrays)
 
-    def bind(self, *arrays: np.ndarray):
-        """A call on `arrays` as a function of no arguments, checked once here."""
+    def bind(self, *arrays: np.ndarray, threads: int | None = None):
+        """A call on `arrays` as a function of no arguments, checked once here (a kernel
+        without parallel loops ignores `threads`)."""
         self.check_arguments(arrays)
         return functools.partial(self._execute, tuple(arrays))
 

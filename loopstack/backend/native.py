@@ -275,16 +275,19 @@ class NativeKernel(KernelBase):
         self._run = self._prepared(arrays)
         self._bound = tuple(arrays)
 
-    def bind(self, *arrays: np.ndarray):
+    def bind(self, *arrays: np.ndarray, threads: int | None = None):
         """A call of this kernel on `arrays` prepared once, as a function of no arguments:
         the arrays checked, their pointer block built and the constants packed, in
         intermediates of its own, so that one kernel serves many sets of arrays (the layers
         of a network with the same shapes) without redoing that work at every call. The
-        returned function keeps the arrays alive; calling it runs the kernel on them."""
+        returned function keeps the arrays alive; calling it runs the kernel on them, its
+        parallel loops on `threads` threads (default: `kernel.threads`)."""
         if self.closed:
             raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
         self.check_arguments(arrays)
-        threads = self.threads if self._parallel else 1
+        threads = (threads or self.threads) if self._parallel else 1
         temps = []
         for _ in range(threads):
             own = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name in self._private}
@@ -292,10 +295,10 @@ class NativeKernel(KernelBase):
         shared = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name not in self._private}
         for own in temps:
             own.update(shared)
-        return self._prepared(tuple(arrays), temps)
+        return self._prepared(tuple(arrays), temps, threads)
 
-    def _prepared(self, arrays, temps=None):
-        threads = self.threads if self._parallel else 1
+    def _prepared(self, arrays, temps=None, threads=None):
+        threads = (threads or self.threads) if self._parallel else 1
         ptrs = [self._pointers(arrays, t, temps) for t in range(threads)]
         block = ptrs[0].cdata
         for func, n, _ in self._once:
@@ -309,13 +312,13 @@ class NativeKernel(KernelBase):
         def run() -> None:
             for func, n, parallel in steps:
                 if parallel and threads > 1:
-                    self._run_parallel(func, n, ptrs)
+                    self._run_parallel(func, n, ptrs, threads)
                 else:
                     func(block, 0, n)
         return run
 
-    def _run_parallel(self, func, n: int, ptrs) -> None:
-        t = min(self.threads, n)
+    def _run_parallel(self, func, n: int, ptrs, threads: int) -> None:
+        t = min(threads, n)
         bounds = [n * i // t for i in range(t + 1)]
         futures = [_pool().submit(func, ptrs[i].cdata, bounds[i], bounds[i + 1]) for i in range(1, t)]
         func(ptrs[0].cdata, bounds[0], bounds[1])

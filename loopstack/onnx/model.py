@@ -4,10 +4,12 @@
     y = model(x)                      # the single input -> the single (or first) output
     outs = model.run({"input": x})    # {output name: array}
     model.compile_ms                  # from the file to a runnable model
+    model.threads = 1                 # parallel loops on one thread (default: every core)
     print(model.summary())            # per layer: schedule origin, GFLOPS, share of time
 
 Each layer compiles like any DSL tensor: with the tuning database's best schedule for its
-program when one was recorded, else loopstack's default schedule (`tune.defaults`), else
+program when one was recorded, else loopstack's default schedule (`tune.defaults`, adjusted
+for row reductions and shared values: see schedules.py), else
 (when the default cannot schedule it) the loops as written. Layers of the same program
 (the same shapes) share one compiled kernel through the frontend's compile cache.
 """
@@ -41,11 +43,11 @@ class CompiledLayer:
 
 def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
     from ..frontend.run import compiled
-    from ..tune.defaults import chosen_schedule
+    from .schedules import layer_schedule
 
     t = layer.tensor
     try:
-        tree, origin = chosen_schedule(t, target)
+        tree, origin = layer_schedule(t, target)
     except Exception as e:   # noqa: BLE001 - a schedule generator's gap must not stop the model
         log.info("layer %s: no default schedule (%s: %s); compiled unscheduled", layer.name, type(e).__name__, e)
         tree, origin = None, "unscheduled"
@@ -73,7 +75,7 @@ def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
 
 
 class CompiledModel:
-    def __init__(self, net: NetGraph, target=None, load_ms: float = 0.0):
+    def __init__(self, net: NetGraph, target=None, load_ms: float = 0.0, threads: int | None = None):
         from ..backend.kernel_base import empty_aligned
 
         t0 = time.perf_counter()
@@ -106,14 +108,27 @@ class CompiledModel:
         for L in self.layers:
             if L.out not in self._store:      # graph outputs: their own memory
                 self._store[L.out] = empty_aligned(L.shape, np.float32)
+        self._threads = None
+        self.threads = threads
+        self.compile_ms = load_ms + (time.perf_counter() - t0) * 1e3
+        self.profile = False
+
+    @property
+    def threads(self) -> int | None:
+        """Threads the layers' parallel loops run on (None: every core, each kernel's default)."""
+        return self._threads
+
+    @threads.setter
+    def threads(self, n: int | None) -> None:
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ArgumentError(f"threads must be a positive integer or None, got {n!r}")
+        self._threads = n
         # each layer's call is prepared once on its own arrays (pointer block, packed
         # constants): layers of one shape share a kernel, not its prepared arguments
         self._calls = []
         for L in self.layers:
             args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]
-            self._calls.append((L, L.kernel.bind(*args, self._store[L.out].reshape(L.shape))))
-        self.compile_ms = load_ms + (time.perf_counter() - t0) * 1e3
-        self.profile = False
+            self._calls.append((L, L.kernel.bind(*args, self._store[L.out].reshape(L.shape), threads=n)))
 
     # ------------------------------------------------------------------ running
     def _take_inputs(self, feeds: dict) -> None:
@@ -201,8 +216,9 @@ class CompiledModel:
         return "\n".join(lines)
 
 
-def compile_model(model, target=None, input_shapes=None, constants=None, passes=True) -> CompiledModel:
+def compile_model(model, target=None, input_shapes=None, constants=None, passes=True,
+                  threads: int | None = None) -> CompiledModel:
     t0 = time.perf_counter()
     net = model if isinstance(model, NetGraph) else load(model, input_shapes=input_shapes, constants=constants,
                                                          target=target, passes=passes)
-    return CompiledModel(net, target, (time.perf_counter() - t0) * 1e3)
+    return CompiledModel(net, target, (time.perf_counter() - t0) * 1e3, threads)

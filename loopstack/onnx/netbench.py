@@ -11,7 +11,8 @@ that both see the same phases of a shared machine: the median of `rounds` calls 
 onnxruntime's median over loopstack's) and the best ("best": the same ratio of the fastest
 calls, which a busy machine disturbs less); loopstack's max abs error is taken
 against onnxruntime's output on the same input. onnxruntime runs with intra_op_num_threads=1,
-sequential execution and every graph optimisation. torch eager is not a peer here: running an
+sequential execution and every graph optimisation; loopstack's parallel loops run on one
+thread (`lt.onnx.compile(..., threads=1)`). torch eager is not a peer here: running an
 ONNX file in it needs a converter this project does not carry.
 """
 from __future__ import annotations
@@ -59,7 +60,7 @@ def child(engine: str, path: str, input_path: str, out_path: str, rounds: int) -
     base = _rss_kib()
     t0 = time.perf_counter()
     if engine == "loopstack":
-        model = lt.onnx.compile(path)
+        model = lt.onnx.compile(path, threads=1)
         y = model(x)
         run = lambda: model(x)   # noqa: E731
     else:
@@ -109,7 +110,7 @@ def interleaved(path: str, x, rounds: int) -> dict:
     the same phases of a shared machine: {engine: (median ms, best ms)}."""
     import loopstack as lt
 
-    model = lt.onnx.compile(path)
+    model = lt.onnx.compile(path, threads=1)
     sess = _ort_session(path)
     name = sess.get_inputs()[0].name
     calls = {"loopstack": lambda: model(x), "onnxruntime": lambda: sess.run(None, {name: x})}
