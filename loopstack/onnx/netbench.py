@@ -113,15 +113,19 @@ def _ort_session(path):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def interleaved(path: str, x, rounds: int) -> dict:
+def interleaved(path: str, x, rounds: int, threads: int = 1) -> dict:
     """Both engines in this process, one call each per round, alternating, so that both see
-    the same phases of a shared machine: {engine: (median ms, best ms)}."""
+    the same phases of a shared machine: {engine: (median ms, best ms)}; with `threads` > 1
+    also loopstack on that many threads ("loopstack_threads")."""
     import loopstack as lt
 
     model = lt.onnx.compile(path, threads=1)
     sess = _ort_session(path)
     name = sess.get_inputs()[0].name
     calls = {"loopstack": lambda: model(x), "onnxruntime": lambda: sess.run(None, {name: x})}
+    if threads > 1:
+        many = lt.onnx.compile(path, threads=threads)
+        calls["loopstack_threads"] = lambda: many(x)
     times = {k: [] for k in calls}
     for f in calls.values():
         f()
@@ -133,7 +137,7 @@ def interleaved(path: str, x, rounds: int) -> dict:
     return {k: (float(np.median(v)) * 1e3, float(np.min(v)) * 1e3) for k, v in times.items()}
 
 
-def bench(names=None, rounds: int = 20, log=print) -> list[dict]:
+def bench(names=None, rounds: int = 20, log=print, threads: int = 1) -> list[dict]:
     import onnx
 
     from .models import MODELS
@@ -160,8 +164,10 @@ def bench(names=None, rounds: int = 20, log=print) -> list[dict]:
                 log(f"  {name:<20} {engine:<12} " + (res.get("error") or
                     f"{res['ms']:.2f} ms, first result {res['compile_ms']:.0f} ms, {res['peak_mib']:.1f} MiB"))
             if len(outs) == 2:
-                for engine, (med, best) in interleaved(path, x, rounds).items():
-                    row[engine].update(ms=med, best_ms=best)
+                for engine, (med, best) in interleaved(path, x, rounds, threads).items():
+                    row.setdefault(engine, {}).update(ms=med, best_ms=best)
+                if threads > 1:
+                    row["threads"] = threads
                 log(f"  {name:<20} interleaved  loopstack {row['loopstack']['ms']:.2f} ms, "
                     f"onnxruntime {row['onnxruntime']['ms']:.2f} ms (medians)")
                 ref = outs["onnxruntime"]
@@ -174,6 +180,9 @@ def bench(names=None, rounds: int = 20, log=print) -> list[dict]:
 def table(rows) -> str:
     head = (f"{'model':<20} {'input':<12} {'loopstack ms':>12} {'ort ms':>8} {'speed':>6} {'best':>6} {'max err':>9} "
             f"{'err/scale':>9} {'ls first':>9} {'ort first':>9} {'ls MiB':>7} {'ort MiB':>7}")
+    threads = max((r.get("threads", 1) for r in rows), default=1)
+    if threads > 1:
+        head += f" {f'ls {threads}t ms':>9} {'scaling':>7}"
     lines = [head]
     for r in rows:
         ls, ort = r.get("loopstack", {}), r.get("onnxruntime", {})
@@ -189,6 +198,10 @@ def table(rows) -> str:
                      f"{'-' if err is None else format(err, '9.2e')} {'-' if rel is None else format(rel, '9.1e')} "
                      f"{f(ls, 'compile_ms', '9.0f')} {f(ort, 'compile_ms', '9.0f')} "
                      f"{f(ls, 'peak_mib', '7.1f')} {f(ort, 'peak_mib', '7.1f')}")
+        if threads > 1:
+            many = r.get("loopstack_threads", {})
+            scaling = f"{ls['ms'] / many['ms']:.2f}x" if "ms" in ls and "ms" in many else "-"
+            lines[-1] += f" {f(many, 'ms', '9.2f')} {scaling:>7}"
     return "\n".join(lines)
 
 
@@ -204,6 +217,11 @@ def records(rows) -> list[dict]:
                     rec[f"{engine}_{unit}"] = d[k]
             if "error" in d:
                 rec[f"{engine}_error"] = d["error"]
+        many = r.get("loopstack_threads", {})
+        if "ms" in many:
+            rec["threads"] = r["threads"]
+            rec["loopstack_threads_latency_ms"] = many["ms"]
+            rec["loopstack_threads_best_latency_ms"] = many["best_ms"]
         for k in ("max_abs_err", "output_scale"):
             if k in r:
                 rec[k] = r[k]
@@ -220,8 +238,10 @@ def main(argv=None) -> int:
     ap.add_argument("--model", action="append", choices=sorted(MODELS), help="run only these models (repeatable)")
     ap.add_argument("--rounds", type=int, default=20, help="timed calls per engine (the median counts)")
     ap.add_argument("--json", metavar="FILE", help="write one JSON record per model")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="also time loopstack with its parallel loops on N threads (a column of its own)")
     args = ap.parse_args(argv)
-    rows = bench(args.model, args.rounds)
+    rows = bench(args.model, args.rounds, threads=args.threads)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:
