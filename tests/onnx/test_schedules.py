@@ -161,3 +161,17 @@ def test_a_matvec_packs_its_constant_matrix_and_a_matmul_keeps_the_default():
 def test_packed_matvecs_compute_what_onnxruntime_computes(k, n):
     rng = np.random.default_rng(k * 1000 + n)
     _check(_gemm(1, k, n, rng), rng.standard_normal((1, k)).astype(np.float32))
+
+
+def test_a_convolution_reduces_taps_then_channels():
+    """Channels-last activations: the channels are the innermost reduced axis (r s c), as the
+    convolution schedules expect (their channel tile is the innermost reduced axis)."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    m = _model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                helper.make_node("Conv", ["c", "w"], ["y"], pads=[1, 1, 1, 1])], (1, 8, 6, 6), [("w", w)])
+    second = lt.onnx.load(m).layers[-1]
+    g = program(second.tensor).graph
+    (red,) = [n for n in g.nodes if n.op == "reduce"]
+    reduced = [v for v in g.domain(red) if v in g.reduced(red)]
+    assert [g.size(v) for v in reduced] == [3, 3, 8]

@@ -95,14 +95,20 @@ def _windowed(ctx, x: Dyn, first: int, geo, taps):
         cons.append((sym, o * w.s + r * w.d if r is not None else o * w.s))
     # the other axes and the window counts in the order x is stored: the reduction's output is
     # then ordered as its consumers store it, and its innermost axis is the one to vectorise
+    # The taps go right after the last window count, before the axes stored inside it: a
+    # channels-last convolution then reduces taps, then channels (r s c, as the convolution
+    # schedules expect: the channels innermost, read contiguously, and the channel tile is
+    # the innermost reduced axis), where taps last would walk a pixel's neighbours innermost
     spatial = dict(zip(range(first, first + len(geo)), outs))
     order = []
     for a in (v.layout or range(len(v.shape))):
         if a in spatial:
             order.append(spatial[a])
+            if len(order) and all(o in order for o in outs):
+                order += [r for r in taps if r is not None]
         elif v.dims[a] is not None:
             order.append(v.dims[a])
-    view = t.to(*order, *[r for r in taps if r is not None], constraints=cons)
+    view = t.to(*order, constraints=cons)
     for o, w in zip(outs, geo):
         declare(view, o, w.o, "window count")
     return view, outs, v
