@@ -72,14 +72,14 @@ def check_float(arr: np.ndarray, what: str) -> np.ndarray:
     return arr
 
 
-TRANSPOSE_BLOCK = 64    # elements per side of the tiles a large transposition copies
+TRANSPOSE_BLOCK = 32    # elements per side of the tiles a large transposition copies
 
 
 def transposed(arr: np.ndarray, axes: tuple, block: int = TRANSPOSE_BLOCK) -> np.ndarray:
     """`np.transpose(arr, axes)` as a new C-contiguous array. A transposition that moves the
     innermost axis copies tile by tile, so that both the rows it reads and the rows it writes
-    stay in cache (a direct strided copy of ResNet-18's 3x3x512x512 weights takes 15 ms, by
-    tiles 2 ms: most of the import's time)."""
+    stay in cache (ResNet-18's convolution weights, 45 MB: 46 ms of CPU copied directly, 13 ms
+    by tiles of 32, 24 ms by tiles of 64; before, most of the import's time)."""
     view = np.transpose(arr, axes)
     if arr.ndim < 2 or axes[-1] == arr.ndim - 1 or arr.size < block * block:
         return np.ascontiguousarray(view)
