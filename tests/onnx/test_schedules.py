@@ -175,3 +175,20 @@ def test_a_convolution_reduces_taps_then_channels():
     (red,) = [n for n in g.nodes if n.op == "reduce"]
     reduced = [v for v in g.domain(red) if v in g.reduced(red)]
     assert [g.size(v) for v in reduced] == [3, 3, 8]
+
+
+def test_a_model_on_two_threads_computes_what_it_computes_on_one():
+    """A layer large enough to run its outer loop in parallel: bound calls on 1 and 2 threads,
+    and a model switched between them, give the same bits."""
+    rng = np.random.default_rng(4)
+    m = _gemm(64, 512, 512, rng)
+    x = rng.standard_normal((64, 512)).astype(np.float32)
+    one = lt.onnx.compile(m, threads=1)
+    two = lt.onnx.compile(m, threads=2)
+    assert any(parallel for L in two.layers for _, _, parallel in L.kernel._steps)
+    want = one(x)
+    np.testing.assert_array_equal(two(x), want)
+    one.threads = 2
+    np.testing.assert_array_equal(one(x), want)
+    with pytest.raises(lt.ArgumentError, match="threads"):
+        one.threads = 0
