@@ -239,6 +239,11 @@ def plan(graph, node, tgt) -> Plan:
     if mult is not None:
         ins = list(mult.inputs)
         depthwise = all(vec in _read_vars(graph, i) for i in ins) and len(ins) >= 2
+    if mult is None or mult.fn != "mul":
+        # no product (a pool, a sum over windows): no loaded vector serves more than one
+        # accumulator either, so its blocks are a depthwise convolution's (measured: ResNet-18's
+        # 3x3/2 max pool over 112x112x64, 14x2 blocks 264 us, 4x4 152 us: one sweep of the image)
+        depthwise = True
     if len(red) > 1 and row and not depthwise:
         weights = _packable_weights(graph, mult, red, vec, out, tgt)
         if weights is not None:
@@ -298,7 +303,7 @@ def plan(graph, node, tgt) -> Plan:
     # the channel tiles go inside the outer output rows: a band of input rows is then read
     # from memory once, for all channels
     channels_inside = depthwise and row is not None and len(out) > 2 and \
-        max(_source_bytes(graph, i) for i in mult.inputs) > tgt.l2
+        max(_source_bytes(graph, i) for i in (mult or node).inputs) > tgt.l2
     vec_entry = _entries(vec, size(vec), vec_tile or vb)
     order = [] if channels_inside else [vec_entry]
     if reduce_tile:

@@ -192,3 +192,22 @@ def test_a_model_on_two_threads_computes_what_it_computes_on_one():
     np.testing.assert_array_equal(one(x), want)
     with pytest.raises(lt.ArgumentError, match="threads"):
         one.threads = 0
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_a_max_pool_after_a_relu_pads_with_zeros_and_any_other_with_the_lowest_float(relu):
+    """After a ReLU zero padding is the max's own (every window holds a value >= 0); without
+    one a window at the border of a negative image must not see the zeros."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    b = np.full(8, -4.0, np.float32)        # mostly negative before the ReLU
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["r"]))
+    nodes.append(helper.make_node("MaxPool", ["r" if relu else "c"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                  pads=[1, 1, 1, 1]))
+    m = _model(nodes, (1, 3, 9, 9), [("w", w), ("b", b)])
+    pool = lt.onnx.load(m).layers[-1]
+    constants = [n for n in program(pool.tensor).graph.nodes if n.op == "read" and n.constant]
+    assert len(constants) == (0 if relu else 1)      # the border
+    _check(m, rng.standard_normal((1, 3, 9, 9)).astype(np.float32))

@@ -298,11 +298,15 @@ def max_pool(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_s
     view, outs, x = _windowed(ctx, x, 2, geo, taps)
     for r, k in zip(taps, kernel_shape):
         declare(view, r, k, "pooling window")
-    if any(w.pb or w.end > 0 for w in geo):
-        # zero padding is wrong for a max: the lowest float is added on the border. The border
-        # is viewed through the same windows, so that the sum is part of the max's own
-        # expression (the padded input is then staged by a vector copy, and the max reads it
-        # a vector of channels at a time) rather than a padded image stored beforehand
+    # zero padding is right for a max of values >= 0 (a ReLU's) when every window holds a value
+    # of the input; otherwise the lowest float is added on the border
+    padded = any(w.pb or w.end > 0 for w in geo)
+    if padded and ctx.nonnegative(x) and all(w.d == 1 and w.pb < w.k and max(w.end, 0) < w.k for w in geo):
+        padded = False
+    if padded:
+        # the border is viewed through the same windows, so that the sum is part of the max's
+        # own expression (the padded input is then split into border and interior nests, or
+        # staged by a vector copy) rather than a padded image stored beforehand
         ext = [(w.o - 1) * w.s + (w.k - 1) * w.d + 1 for w in geo]
         border = np.full(ext, _LOWEST, np.float32)
         border[tuple(slice(w.pb, w.pb + x.shape[2 + i]) for i, w in enumerate(geo))] = 0.0
