@@ -307,15 +307,30 @@ class NativeKernel(KernelBase):
         if len(steps) == 1 and not (steps[0][2] and threads > 1):
             run = partial(steps[0][0], block, 0, steps[0][1])
             run.keep = ptrs     # the pointer blocks hold the arrays and temps the code addresses
-            return run
-
-        def run() -> None:
-            for func, n, parallel in steps:
-                if parallel and threads > 1:
-                    self._run_parallel(func, n, ptrs, threads)
-                else:
-                    func(block, 0, n)
+        else:
+            def run() -> None:
+                for func, n, parallel in steps:
+                    if parallel and threads > 1:
+                        self._run_parallel(func, n, ptrs, threads)
+                    else:
+                        func(block, 0, n)
+        run.point = partial(self._point, ptrs)
         return run
+
+    def _point(self, ptrs, index: int, array: np.ndarray) -> None:
+        """`call.point(index, array)` on a prepared call: its input `index` reads `array` from now
+        on (checked as a call checks it), its other arrays and packed constants unchanged. Only
+        an input that is not constant: no packed copy was made of it."""
+        from ..isa.execmem import array_pointer
+
+        b = self._expected()[index][0]
+        if b.kind != "input" or b.constant:
+            raise ArgumentError(f"argument {index} ({b.name}) is not a plain input: only those can be re-pointed")
+        self.check_argument(index, array)
+        buf = array_pointer(array, writable=False, name=b.name)
+        for p in ptrs:
+            p.buffers[index] = buf
+            p.cdata[index] = buf
 
     def _run_parallel(self, func, n: int, ptrs, threads: int) -> None:
         t = min(threads, n)

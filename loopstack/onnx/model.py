@@ -126,9 +126,17 @@ class CompiledModel:
         # each layer's call is prepared once on its own arrays (pointer block, packed
         # constants): layers of one shape share a kernel, not its prepared arguments
         self._calls = []
+        # the calls that read each graph input: they read the caller's array in place when
+        # it can be (see _take_inputs), instead of a copy of it
+        self._readers = {name: [] for name in self.input_names}
+        self._pointed = {}
         for L in self.layers:
             args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]
-            self._calls.append((L, L.kernel.bind(*args, self._store[L.out].reshape(L.shape), threads=n)))
+            call = L.kernel.bind(*args, self._store[L.out].reshape(L.shape), threads=n)
+            self._calls.append((L, call))
+            for i, a in enumerate(L.args):
+                if a[0] == "buffer" and a[1].startswith("in:"):
+                    self._readers[a[1][3:]].append((call, i, a[2]))
 
     # ------------------------------------------------------------------ running
     def _take_inputs(self, feeds: dict) -> None:
@@ -147,7 +155,30 @@ class CompiledModel:
                 raise ArgumentError(f"input {name!r} has shape {a.shape}, the model expects {tuple(want)}")
             if a.dtype != np.float32 and a.dtype.kind not in "fiu":
                 raise ArgumentError(f"input {name!r} has dtype {a.dtype}; the model expects float32")
-            np.copyto(self._store[f"in:{name}"], a, casting="unsafe")
+            readers = self._readers[name]
+            if a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned and \
+                    all(hasattr(call, "point") for call, _, _ in readers):
+                # read in place: the same array as the call before needs nothing (a copy of an
+                # image costs more than some of the layers that read it)
+                if self._pointed.get(name) is not a:
+                    self._point(name, a)
+                continue
+            store = self._store[f"in:{name}"]
+            if name in self._pointed:
+                self._point(name, store)
+                del self._pointed[name]
+            np.copyto(store, a, casting="unsafe")
+
+    def _buffer(self, name: str) -> np.ndarray:
+        """A buffer's array: a graph input read in place is the caller's array."""
+        if name.startswith("in:") and name[3:] in self._pointed:
+            return self._pointed[name[3:]]
+        return self._store[name]
+
+    def _point(self, name: str, a: np.ndarray) -> None:
+        for call, i, shape in self._readers[name]:
+            call.point(i, a.reshape(shape))
+        self._pointed[name] = a
 
     def run(self, feeds: dict, output_names=None) -> dict:
         """{output name: array} for `feeds` ({input name: array})."""
@@ -164,7 +195,7 @@ class CompiledModel:
         for name, ref, shape in self.net.outputs:
             if output_names is not None and name not in output_names:
                 continue
-            res[name] = np.array(ref[1] if ref[0] == "const" else self._store[ref[1]]).reshape(shape)
+            res[name] = np.array(ref[1] if ref[0] == "const" else self._buffer(ref[1])).reshape(shape)
         return res
 
     def __call__(self, *xs):

@@ -1,4 +1,4 @@
-"""The layer schedules of the ONNX compile path (loopstack/onnx/schedules.py): which layers are
+"""The layer schedules of the ONNX compile path (loopstack/onnx/schedules.py) and its prepared calls: which layers are
 row reductions, that a value read many times is computed once, and that the adjusted layers
 still compute what onnxruntime computes."""
 import numpy as np
@@ -211,3 +211,36 @@ def test_a_max_pool_after_a_relu_pads_with_zeros_and_any_other_with_the_lowest_f
     constants = [n for n in program(pool.tensor).graph.nodes if n.op == "read" and n.constant]
     assert len(constants) == (0 if relu else 1)      # the border
     _check(m, rng.standard_normal((1, 3, 9, 9)).astype(np.float32))
+
+
+def test_the_input_is_read_in_place_and_each_call_sees_its_contents():
+    """A float32, C-contiguous input is read where it lies (no copy): another array, the same
+    array changed in place, and inputs that must be copied (float64, a strided view) all give
+    onnxruntime's answer, in any order."""
+    rng = np.random.default_rng(6)
+    m = _gemm(3, 40, 24, rng)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    model = lt.onnx.compile(m, threads=1)
+    a = rng.standard_normal((3, 40)).astype(np.float32)
+    b = rng.standard_normal((3, 40)).astype(np.float32)
+    wide = rng.standard_normal((3, 80)).astype(np.float32)
+    for x in (a, b, a, a.astype(np.float64), wide[:, ::2], a):
+        want = sess.run(None, {"x": np.ascontiguousarray(x, np.float32)})[0]
+        np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-5)
+    assert model._pointed["x"] is a
+    a[...] = rng.standard_normal((3, 40))
+    np.testing.assert_allclose(model(a), sess.run(None, {"x": a})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_prepared_call_repoints_only_plain_inputs_and_checks_the_array():
+    rng = np.random.default_rng(7)
+    model = lt.onnx.compile(_gemm(3, 40, 24, rng), threads=1)
+    (layer, call), = model._calls
+    consts = [i for i, a in enumerate(layer.args) if a[0] == "const"]
+    with pytest.raises(lt.ArgumentError, match="plain input"):
+        call.point(consts[0], layer.args[consts[0]][1])
+    (_, index, shape), = model._readers["x"]
+    with pytest.raises(lt.ArgumentError, match="shape"):
+        call.point(index, np.zeros((2, 40), np.float32))
+    with pytest.raises(lt.ArgumentError, match="dtype"):
+        call.point(index, np.zeros(shape, np.float64))
