@@ -1,6 +1,7 @@
 """The nets bench: whole networks through loopstack and onnxruntime, one thread each.
 
-    python3 bench/nets.py [--model NAME]... [--rounds N] [--json FILE]
+    python3 bench/nets.py [--model NAME]... [--rounds N] [--threads N] [--json FILE]
+    python3 bench/nets.py --layers [--model NAME]...    where the time goes, layer by layer
     loopstack bench --suite nets [--json FILE]
 
 Each (model, engine) first runs in a child process of its own, so that its peak memory (the
@@ -102,10 +103,13 @@ def _spawn(engine, path, input_path, out_path, rounds) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _ort_session(path):
+def _ort_session(path, profile_prefix=None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -135,6 +139,46 @@ def interleaved(path: str, x, rounds: int, threads: int = 1) -> dict:
             f()
             times[k].append(time.perf_counter() - t)
     return {k: (float(np.median(v)) * 1e3, float(np.min(v)) * 1e3) for k, v in times.items()}
+
+
+def layer_times(path: str, x, rounds: int) -> tuple[list, list]:
+    """Where the time goes, in one process, rounds alternating: ([(loopstack layer, best us)],
+    [(onnxruntime node, op type, best us)]), onnxruntime's from its own profiler (which adds a
+    few microseconds a node)."""
+    import json as _json
+
+    import loopstack as lt
+
+    model = lt.onnx.compile(path, threads=1)
+    with tempfile.TemporaryDirectory(prefix="loopstack-ortprof-") as tmp:
+        sess = _ort_session(path, profile_prefix=os.path.join(tmp, "ort"))
+        name = sess.get_inputs()[0].name
+        best = [float("inf")] * len(model.layers)
+        for _ in range(rounds):
+            sess.run(None, {name: x})
+            model.time_layers({model.input_names[0]: x}, rounds=1)
+            best = [min(b, L.seconds) for b, L in zip(best, model.layers)]
+        with open(sess.end_profiling()) as f:
+            events = _json.load(f)
+    nodes: dict = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            key = e["name"][:-len("_kernel_time")]
+            op = e.get("args", {}).get("op_name", "")
+            prev = nodes.get(key, (op, float("inf")))
+            nodes[key] = (op, min(prev[1], e["dur"]))
+    ours = [(L.name, b * 1e6) for L, b in zip(model.layers, best)]
+    return ours, [(k, op, us) for k, (op, us) in nodes.items()]
+
+
+def layer_table(ours, theirs) -> str:
+    lines = [f"{'loopstack layer':<44} {'us':>8}   {'onnxruntime node':<44} {'op':<14} {'us':>8}"]
+    for i in range(max(len(ours), len(theirs))):
+        a = f"{ours[i][0][:44]:<44} {ours[i][1]:8.1f}" if i < len(ours) else " " * 53
+        b = f"{theirs[i][0][:44]:<44} {theirs[i][1][:14]:<14} {theirs[i][2]:8.1f}" if i < len(theirs) else ""
+        lines.append(f"{a}   {b}".rstrip())
+    lines.append(f"{'sum':<44} {sum(u for _, u in ours):8.1f}   {'sum':<59} {sum(u for *_, u in theirs):8.1f}")
+    return "\n".join(lines)
 
 
 def bench(names=None, rounds: int = 20, log=print, threads: int = 1) -> list[dict]:
@@ -240,7 +284,21 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="FILE", help="write one JSON record per model")
     ap.add_argument("--threads", type=int, default=1,
                     help="also time loopstack with its parallel loops on N threads (a column of its own)")
+    ap.add_argument("--layers", action="store_true",
+                    help="instead: each model's layers beside onnxruntime's nodes (best of --rounds, one process)")
     args = ap.parse_args(argv)
+    if args.layers:
+        import onnx
+
+        for name in args.model or sorted(MODELS):
+            m = MODELS[name]()
+            shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+            x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+            with tempfile.TemporaryDirectory(prefix="loopstack-nets-") as tmp:
+                path = os.path.join(tmp, f"{name}.onnx")
+                onnx.save(m, path)
+                print(f"{name}:\n{layer_table(*layer_times(path, x, args.rounds))}\n")
+        return 0
     rows = bench(args.model, args.rounds, threads=args.threads)
     print(table(rows))
     if args.json:

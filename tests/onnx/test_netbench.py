@@ -27,3 +27,14 @@ def test_the_table_and_records_carry_the_threads_column():
     (rec,) = netbench.records([row])
     assert rec["threads"] == 2 and rec["loopstack_threads_latency_ms"] == 1.0
     assert "scaling" not in netbench.table([dict(row, threads=1, loopstack_threads={})]).splitlines()[0]
+
+
+def test_layer_times_put_each_layer_beside_onnxruntimes_nodes(tmp_path):
+    path = str(tmp_path / "mlp.onnx")
+    onnx.save(mlp(), path)
+    x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
+    ours, theirs = netbench.layer_times(path, x, rounds=2)
+    assert [name for name, _ in ours][0].startswith("gemm") and all(us > 0 for _, us in ours)
+    assert {op for _, op, _ in theirs} >= {"Softmax"} and all(us >= 0 for *_, us in theirs)
+    lines = netbench.layer_table(ours, theirs).splitlines()
+    assert len(lines) == 2 + max(len(ours), len(theirs)) and lines[-1].startswith("sum")
