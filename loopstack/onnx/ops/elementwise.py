@@ -94,9 +94,10 @@ def _erf(t):
     a = t.abs()
     small = t.max(-0.5).min(0.5)
     x2 = small * small
-    series = 0.0
-    for n in reversed(range(6)):
-        series = series * x2 + (-1) ** n / (math.factorial(n) * (2 * n + 1))
+    coeffs = [(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(6)]
+    series = x2 * coeffs[-1] + coeffs[-2]
+    for c in reversed(coeffs[:-2]):
+        series = series * x2 + c
     series = small * (series * (2 / math.sqrt(math.pi)))
     p, a1, a2, a3, a4, a5 = 0.3275911, 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429
     u = (a * p + 1.0).reciprocal()
