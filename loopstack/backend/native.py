@@ -315,6 +315,9 @@ class NativeKernel(KernelBase):
                     else:
                         func(block, 0, n)
         run.point = partial(self._point, ptrs)
+        for c, _, _ in self._segments:       # the call holds the code it jumps to
+            if hasattr(c, "hold"):
+                c.hold(run)
         return run
 
     def _point(self, ptrs, index: int, array: np.ndarray) -> None:

@@ -133,6 +133,23 @@ def test_bound_calls_keep_their_own_packed_weights():
 
 
 @needs_avx2
+def test_a_bound_call_still_runs_after_its_kernel_is_closed():
+    """The kernel's own call refuses once closed; a call prepared before keeps its code mapped."""
+    C, K, H = 8, 24, 5
+    Y, X, W1 = _conv(C, K, H)
+    kernel = compile(_packed_conv_schedule(Y, C, K, H, 4, 16, 2).lower())
+    out = np.zeros(Y.shape, np.float32)
+    call = kernel.bind(X, W1, out)
+    kernel.close()
+    with pytest.raises(lt.LoopstackError, match="closed"):
+        kernel(X, W1, out)
+    with pytest.raises(lt.LoopstackError, match="closed"):
+        kernel.bind(X, W1, out)
+    call()
+    np.testing.assert_allclose(out, conv_reference(X, W1), rtol=1e-4, atol=1e-4)
+
+
+@needs_avx2
 def test_a_bound_call_checks_its_arrays_once_up_front():
     C, K, H = 8, 24, 5
     Y, X, W1 = _conv(C, K, H)
