@@ -90,6 +90,12 @@ class KernelBase:
         self.check_arguments(arrays)
         self._execute(arrays)
 
+    def bind(self, *arrays: np.ndarray, threads: int | None = None):
+        """A call on `arrays` as a function of no arguments, checked once here (a kernel
+        without parallel loops ignores `threads`)."""
+        self.check_arguments(arrays)
+        return functools.partial(self._execute, tuple(arrays))
+
     def run(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         """Run on `inputs`, returning freshly allocated (zero-initialised) outputs."""
         outs = tuple(allocate(b) for b in self.tree.outputs)
@@ -135,27 +141,33 @@ class KernelBase:
         if len(arrays) != len(params):
             names = ", ".join(p[0].name for p in params)
             raise ArgumentError(f"the kernel takes {len(params)} array(s) ({names}), got {len(arrays)}")
-        for i, (a, (b, want, shape, strides, is_out)) in enumerate(zip(arrays, params)):
-            if type(a) is not np.ndarray and not isinstance(a, np.ndarray):
-                raise ArgumentError(f"argument {i} ({b.name}) is a {type(a).__name__}, expected a numpy array")
-            if a.dtype != want:
-                raise ArgumentError(f"argument {i} ({b.name}) has dtype {a.dtype}, expected {want}")
-            if a.shape != shape:
-                raise ArgumentError(f"argument {i} ({b.name}) has shape {tuple(a.shape)}, expected {shape}")
-            if not a.flags.aligned:
-                raise ArgumentError(f"argument {i} ({b.name}) is not aligned to its {want.itemsize}-byte "
-                                    "elements")
-            ast = a.strides
-            for d, st in strides:
-                if ast[d] != st:
-                    layout = "C-contiguous" if b.strides == Buffer(b.name, b.dtype, b.shape, b.kind).strides \
-                        else f"strides {list(b.strides)} (elements)"
-                    raise ArgumentError(f"argument {i} ({b.name}) is not laid out as {layout}: "
-                                        f"strides {ast} bytes")
+        for i, a in enumerate(arrays):
+            self.check_argument(i, a)
+            b, is_out = params[i][0], params[i][4]
             if is_out:
-                if not a.flags.writeable:
-                    raise ArgumentError(f"argument {i} ({b.name}) is an output but is not writable")
                 for j, other in enumerate(arrays):
                     if j != i and np.may_share_memory(a, other):
                         raise ArgumentError(f"argument {i} ({b.name}) is an output and overlaps argument {j} "
                                             f"({params[j][0].name})")
+
+    def check_argument(self, i: int, a) -> None:
+        """Argument `i` alone: its type, dtype, shape, alignment, layout and (output) writability."""
+        b, want, shape, strides, is_out = self._expected()[i]
+        if type(a) is not np.ndarray and not isinstance(a, np.ndarray):
+            raise ArgumentError(f"argument {i} ({b.name}) is a {type(a).__name__}, expected a numpy array")
+        if a.dtype != want:
+            raise ArgumentError(f"argument {i} ({b.name}) has dtype {a.dtype}, expected {want}")
+        if a.shape != shape:
+            raise ArgumentError(f"argument {i} ({b.name}) has shape {tuple(a.shape)}, expected {shape}")
+        if not a.flags.aligned:
+            raise ArgumentError(f"argument {i} ({b.name}) is not aligned to its {want.itemsize}-byte "
+                                "elements")
+        ast = a.strides
+        for d, st in strides:
+            if ast[d] != st:
+                layout = "C-contiguous" if b.strides == Buffer(b.name, b.dtype, b.shape, b.kind).strides \
+                    else f"strides {list(b.strides)} (elements)"
+                raise ArgumentError(f"argument {i} ({b.name}) is not laid out as {layout}: "
+                                    f"strides {ast} bytes")
+        if is_out and not a.flags.writeable:
+            raise ArgumentError(f"argument {i} ({b.name}) is an output but is not writable")

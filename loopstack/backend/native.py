@@ -237,10 +237,10 @@ class NativeKernel(KernelBase):
         d.update(self._per_thread[thread])
         return d
 
-    def _pointers(self, arrays, thread: int):
+    def _pointers(self, arrays, thread: int, temps=None):
         from ..isa.execmem import pointer_array
 
-        temps = self._temps(thread)
+        temps = temps[thread] if temps is not None else self._temps(thread)
         bufs = list(arrays) + [temps[t.name] for t in self.lowered.temps]
         params = self.lowered.arguments + self.lowered.temps
         return pointer_array(bufs, [b.kind != "input" for b in params], [b.name for b in params])
@@ -277,22 +277,67 @@ class NativeKernel(KernelBase):
             raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
         if not checked:
             self.check_arguments(arrays)
-        threads = self.threads if self._parallel else 1
-        ptrs = [self._pointers(arrays, t) for t in range(threads)]
+        self._run = self._prepared(arrays)
+        self._bound = tuple(arrays)
+
+    def bind(self, *arrays: np.ndarray, threads: int | None = None):
+        """A call of this kernel on `arrays` prepared once, as a function of no arguments:
+        the arrays checked, their pointer block built and the constants packed, in
+        intermediates of its own, so that one kernel serves many sets of arrays (the layers
+        of a network with the same shapes) without redoing that work at every call. The
+        returned function keeps the arrays alive; calling it runs the kernel on them, its
+        parallel loops on `threads` threads (default: `kernel.threads`)."""
+        if self.closed:
+            raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ArgumentError(f"threads must be a positive integer, got {threads!r}")
+        self.check_arguments(arrays)
+        threads = (threads or self.threads) if self._parallel else 1
+        temps = []
+        for _ in range(threads):
+            own = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name in self._private}
+            temps.append(own)
+        shared = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name not in self._private}
+        for own in temps:
+            own.update(shared)
+        return self._prepared(tuple(arrays), temps, threads)
+
+    def _prepared(self, arrays, temps=None, threads=None):
+        threads = (threads or self.threads) if self._parallel else 1
+        ptrs = [self._pointers(arrays, t, temps) for t in range(threads)]
         block = ptrs[0].cdata
         for func, n, _ in self._once:
             func(block, 0, n)
-        self._bound = tuple(arrays)
         steps = self._steps
         if threads > 1:
-            self._run = parallel_call(steps, self._work, ptrs, threads)
+            run = parallel_call(steps, self._work, ptrs, threads)
         elif len(steps) == 1:
-            self._run = partial(steps[0][0], block, 0, steps[0][1])
+            run = partial(steps[0][0], block, 0, steps[0][1])
         else:
             def run() -> None:
                 for func, n, _ in steps:
                     func(block, 0, n)
-            self._run = run
+        run.keep = ptrs         # the pointer blocks hold the arrays and temps the code addresses
+        run.point = partial(self._point, ptrs)
+        for c, _, _ in self._segments:       # the call holds the code it jumps to
+            if hasattr(c, "hold"):
+                c.hold(run)
+        return run
+
+    def _point(self, ptrs, index: int, array: np.ndarray) -> None:
+        """`call.point(index, array)` on a prepared call: its input `index` reads `array` from now
+        on (checked as a call checks it), its other arrays and packed constants unchanged. Only
+        an input that is not constant: no packed copy was made of it."""
+        from ..isa.execmem import array_pointer
+
+        b = self._expected()[index][0]
+        if b.kind != "input" or b.constant:
+            raise ArgumentError(f"argument {index} ({b.name}) is not a plain input: only those can be re-pointed")
+        self.check_argument(index, array)
+        buf = array_pointer(array, writable=False, name=b.name)
+        for p in ptrs:
+            p.buffers[index] = buf
+            p.cdata[index] = buf
 
 
 def _iterations(tree: LoopTree, node) -> int:

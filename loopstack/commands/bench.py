@@ -382,7 +382,8 @@ def run(args) -> int:
     if args.suite == "nets":   # whole ONNX networks against onnxruntime (loopstack/onnx/netbench.py)
         from ..onnx.netbench import main as nets
 
-        return nets([*(["--json", args.json] if args.json else []), "--rounds", str(max(args.runs, 5))])
+        return nets([*(["--json", args.json] if args.json else []), "--rounds", str(max(args.runs, 5)),
+                     "--threads", str(args.threads)])
     if args.threads < 1:
         raise ArgumentError(f"--threads {args.threads}: expected a positive thread count")
     peers = parse_peers(args.compare)

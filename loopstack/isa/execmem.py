@@ -351,6 +351,15 @@ class ExecutableCode:
         """Unmap now (for a batch: once every kernel of the batch is closed). Idempotent."""
         self._finalizer()
 
+    def hold(self, owner) -> None:
+        """Keep the code mapped while `owner` lives, even after close(): `owner` calls the
+        code through a pointer taken while it was open (a prepared call), which would
+        otherwise jump into unmapped memory. Raises if it is closed already."""
+        if not self._finalizer.alive:
+            raise LoopstackError("this ExecutableCode is closed; its code is unmapped")
+        self._mapping.acquire()
+        weakref.finalize(owner, self._mapping.release).atexit = False
+
     def __enter__(self):
         return self
 

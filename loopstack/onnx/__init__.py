@@ -20,11 +20,13 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True):
     return _load(model, input_shapes=input_shapes, constants=constants, target=target, passes=passes)
 
 
-def compile(model, target=None, input_shapes=None, constants=None, passes=True):  # noqa: A001
-    """A callable compiled model of an ONNX model (path, ModelProto or loaded network)."""
+def compile(model, target=None, input_shapes=None, constants=None, passes=True, threads=None):  # noqa: A001
+    """A callable compiled model of an ONNX model (path, ModelProto or loaded network); its
+    parallel loops run on `threads` threads (default: every core)."""
     from .model import compile_model
 
-    return compile_model(model, target=target, input_shapes=input_shapes, constants=constants, passes=passes)
+    return compile_model(model, target=target, input_shapes=input_shapes, constants=constants, passes=passes,
+                         threads=threads)
 
 
 def tune(model, budget_s: float = 60, mapper: str = "scripted", cost_model: str = "measure", target=None,

@@ -122,6 +122,19 @@ class Importer:
             return self.materialize(v, keep)
         return self.ready(v, keep)
 
+    def nonnegative(self, v) -> bool:
+        """Whether `v` reads, as stored, a buffer that a layer ending in a ReLU wrote (every
+        value >= 0)."""
+        if is_const(v) or v.buffer is None:
+            return False
+        layer = next((L for L in reversed(self.layers) if L.out == v.buffer), None)
+        if layer is None:
+            return False
+        node = layer.tensor._node
+        while node.op == "view":
+            node = node.inputs[0]
+        return node.op == "unary" and node.fn == "relu"
+
     def dyn(self, x, what="input") -> Dyn:
         return const_dyn(x, what) if is_const(x) else x
 

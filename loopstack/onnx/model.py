@@ -4,10 +4,12 @@
     y = model(x)                      # the single input -> the single (or first) output
     outs = model.run({"input": x})    # {output name: array}
     model.compile_ms                  # from the file to a runnable model
+    model.threads = 1                 # parallel loops on one thread (default: every core)
     print(model.summary())            # per layer: schedule origin, GFLOPS, share of time
 
 Each layer compiles like any DSL tensor: with the tuning database's best schedule for its
-program when one was recorded, else loopstack's default schedule (`tune.defaults`), else
+program when one was recorded, else loopstack's default schedule (`tune.defaults`, adjusted
+for row reductions and shared values: see schedules.py), else
 (when the default cannot schedule it) the loops as written. Layers of the same program
 (the same shapes) share one compiled kernel through the frontend's compile cache.
 """
@@ -41,14 +43,14 @@ class CompiledLayer:
 
 def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
     from ..frontend.run import compiled
-    from ..tune.defaults import chosen_schedule
+    from .schedules import layer_schedule
 
     t = layer.tensor
     if hasattr(t, "compile_kernel"):    # a layer built as a loop tree or a host step (onnx/qlayers.py)
         kernel, args, origin = t.compile_kernel(target)
         return CompiledLayer(layer.name, layer.ops, kernel, args, layer.out, tuple(layer.shape), origin, kernel.flops)
     try:
-        tree, origin = chosen_schedule(t, target)
+        tree, origin = layer_schedule(t, target)
     except Exception as e:   # noqa: BLE001 - a schedule generator's gap must not stop the model
         log.info("layer %s: no default schedule (%s: %s); compiled unscheduled", layer.name, type(e).__name__, e)
         tree, origin = None, "unscheduled"
@@ -76,7 +78,7 @@ def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
 
 
 class CompiledModel:
-    def __init__(self, net: NetGraph, target=None, load_ms: float = 0.0):
+    def __init__(self, net: NetGraph, target=None, load_ms: float = 0.0, threads: int | None = None):
         from ..backend.kernel_base import empty_aligned
 
         t0 = time.perf_counter()
@@ -110,12 +112,35 @@ class CompiledModel:
         for L in self.layers:
             if L.out not in self._store:      # graph outputs: their own memory
                 self._store[L.out] = empty_aligned(L.shape, dtype[L.out])
-        self._calls = []
-        for L in self.layers:
-            args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]
-            self._calls.append((L, tuple(args) + (self._store[L.out].reshape(L.shape),)))
+        self._threads = None
+        self.threads = threads
         self.compile_ms = load_ms + (time.perf_counter() - t0) * 1e3
         self.profile = False
+
+    @property
+    def threads(self) -> int | None:
+        """Threads the layers' parallel loops run on (None: every core, each kernel's default)."""
+        return self._threads
+
+    @threads.setter
+    def threads(self, n: int | None) -> None:
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ArgumentError(f"threads must be a positive integer or None, got {n!r}")
+        self._threads = n
+        # each layer's call is prepared once on its own arrays (pointer block, packed
+        # constants): layers of one shape share a kernel, not its prepared arguments
+        self._calls = []
+        # the calls that read each graph input: they read the caller's array in place when
+        # it can be (see _take_inputs), instead of a copy of it
+        self._readers = {name: [] for name in self.input_names}
+        self._pointed = {}
+        for L in self.layers:
+            args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]
+            call = L.kernel.bind(*args, self._store[L.out].reshape(L.shape), threads=n)
+            self._calls.append((L, call))
+            for i, a in enumerate(L.args):
+                if a[0] == "buffer" and a[1].startswith("in:"):
+                    self._readers[a[1][3:]].append((call, i, a[2]))
 
     # ------------------------------------------------------------------ running
     def _take_inputs(self, feeds: dict) -> None:
@@ -134,24 +159,47 @@ class CompiledModel:
                 raise ArgumentError(f"input {name!r} has shape {a.shape}, the model expects {tuple(want)}")
             if a.dtype != np.float32 and a.dtype.kind not in "fiu":
                 raise ArgumentError(f"input {name!r} has dtype {a.dtype}; the model expects float32")
-            np.copyto(self._store[f"in:{name}"], a, casting="unsafe")
+            readers = self._readers[name]
+            if a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned and \
+                    all(hasattr(call, "point") for call, _, _ in readers):
+                # read in place: the same array as the call before needs nothing (a copy of an
+                # image costs more than some of the layers that read it)
+                if self._pointed.get(name) is not a:
+                    self._point(name, a)
+                continue
+            store = self._store[f"in:{name}"]
+            if name in self._pointed:
+                self._point(name, store)
+                del self._pointed[name]
+            np.copyto(store, a, casting="unsafe")
+
+    def _buffer(self, name: str) -> np.ndarray:
+        """A buffer's array: a graph input read in place is the caller's array."""
+        if name.startswith("in:") and name[3:] in self._pointed:
+            return self._pointed[name[3:]]
+        return self._store[name]
+
+    def _point(self, name: str, a: np.ndarray) -> None:
+        for call, i, shape in self._readers[name]:
+            call.point(i, a.reshape(shape))
+        self._pointed[name] = a
 
     def run(self, feeds: dict, output_names=None) -> dict:
         """{output name: array} for `feeds` ({input name: array})."""
         self._take_inputs(feeds)
         if self.profile:
-            for L, args in self._calls:
+            for L, call in self._calls:
                 t0 = time.perf_counter()
-                L.kernel(*args)
+                call()
                 L.seconds += time.perf_counter() - t0
         else:
-            for L, args in self._calls:
-                L.kernel(*args)
+            for _, call in self._calls:
+                call()
         res = {}
         for name, ref, shape in self.net.outputs:
             if output_names is not None and name not in output_names:
                 continue
-            res[name] = np.array(ref[1] if ref[0] == "const" else self._store[ref[1]]).reshape(shape)
+            res[name] = np.array(ref[1] if ref[0] == "const" else self._buffer(ref[1])).reshape(shape)
         return res
 
     def __call__(self, *xs):
@@ -203,8 +251,9 @@ class CompiledModel:
         return "\n".join(lines)
 
 
-def compile_model(model, target=None, input_shapes=None, constants=None, passes=True) -> CompiledModel:
+def compile_model(model, target=None, input_shapes=None, constants=None, passes=True,
+                  threads: int | None = None) -> CompiledModel:
     t0 = time.perf_counter()
     net = model if isinstance(model, NetGraph) else load(model, input_shapes=input_shapes, constants=constants,
                                                          target=target, passes=passes)
-    return CompiledModel(net, target, (time.perf_counter() - t0) * 1e3)
+    return CompiledModel(net, target, (time.perf_counter() - t0) * 1e3, threads)

@@ -1,21 +1,25 @@
 """The nets bench: whole networks through loopstack and onnxruntime, one thread each.
 
-    python3 bench/nets.py [--model NAME]... [--rounds N] [--json FILE]
+    python3 bench/nets.py [--model NAME]... [--rounds N] [--threads N] [--json FILE]
+    python3 bench/nets.py --layers [--model NAME]...    where the time goes, layer by layer
     loopstack bench --suite nets [--json FILE]
 
 Each (model, engine) first runs in a child process of its own, so that its peak memory (the
 process's high-water resident set, less what it held before the engine saw the model) and
-its compile time (from the ONNX file on disk to the first result) are its own. Latency is
+its compile time (from the ONNX file on disk to the first result, the engine's code already
+imported) are its own. Latency is
 then measured with both engines in one process, one call of each per round, alternating, so
 that both see the same phases of a shared machine: the median of `rounds` calls ("speed":
 onnxruntime's median over loopstack's) and the best ("best": the same ratio of the fastest
 calls, which a busy machine disturbs less); loopstack's max abs error is taken
 against onnxruntime's output on the same input. onnxruntime runs with intra_op_num_threads=1,
-sequential execution and every graph optimisation. torch eager is not a peer here: running an
+sequential execution and every graph optimisation; loopstack's parallel loops run on one
+thread (`lt.onnx.compile(..., threads=1)`). torch eager is not a peer here: running an
 ONNX file in it needs a converter this project does not carry.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -26,6 +30,10 @@ import time
 import numpy as np
 
 ENGINES = ("loopstack", "onnxruntime")
+# the modules loopstack imports on the way from an ONNX file to the first result
+COMPILE_PATH = ("loopstack.onnx.model", "loopstack.onnx.ops", "loopstack.onnx.schedules", "loopstack.tune.defaults",
+                "loopstack.tune.lookup", "loopstack.frontend.run", "loopstack.backend.native",
+                "loopstack.backend.x86.emitter", "loopstack.isa.x86.assembler", "loopstack.isa.execmem")
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
@@ -54,12 +62,14 @@ def child(engine: str, path: str, input_path: str, out_path: str, rounds: int) -
         import onnx  # noqa: F401 - imports are not part of the time to the first result
 
         import loopstack as lt
+        for module in COMPILE_PATH:    # loaded on first use; onnxruntime's import loads all of it
+            importlib.import_module(module)
     else:
         import onnxruntime  # noqa: F401
     base = _rss_kib()
     t0 = time.perf_counter()
     if engine == "loopstack":
-        model = lt.onnx.compile(path)
+        model = lt.onnx.compile(path, threads=1)
         y = model(x)
         run = lambda: model(x)   # noqa: E731
     else:
@@ -93,10 +103,13 @@ def _spawn(engine, path, input_path, out_path, rounds) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _ort_session(path):
+def _ort_session(path, profile_prefix=None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -104,15 +117,19 @@ def _ort_session(path):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def interleaved(path: str, x, rounds: int) -> dict:
+def interleaved(path: str, x, rounds: int, threads: int = 1) -> dict:
     """Both engines in this process, one call each per round, alternating, so that both see
-    the same phases of a shared machine: {engine: (median ms, best ms)}."""
+    the same phases of a shared machine: {engine: (median ms, best ms)}; with `threads` > 1
+    also loopstack on that many threads ("loopstack_threads")."""
     import loopstack as lt
 
-    model = lt.onnx.compile(path)
+    model = lt.onnx.compile(path, threads=1)
     sess = _ort_session(path)
     name = sess.get_inputs()[0].name
     calls = {"loopstack": lambda: model(x), "onnxruntime": lambda: sess.run(None, {name: x})}
+    if threads > 1:
+        many = lt.onnx.compile(path, threads=threads)
+        calls["loopstack_threads"] = lambda: many(x)
     times = {k: [] for k in calls}
     for f in calls.values():
         f()
@@ -124,7 +141,47 @@ def interleaved(path: str, x, rounds: int) -> dict:
     return {k: (float(np.median(v)) * 1e3, float(np.min(v)) * 1e3) for k, v in times.items()}
 
 
-def bench(names=None, rounds: int = 20, log=print) -> list[dict]:
+def layer_times(path: str, x, rounds: int) -> tuple[list, list]:
+    """Where the time goes, in one process, rounds alternating: ([(loopstack layer, best us)],
+    [(onnxruntime node, op type, best us)]), onnxruntime's from its own profiler (which adds a
+    few microseconds a node)."""
+    import json as _json
+
+    import loopstack as lt
+
+    model = lt.onnx.compile(path, threads=1)
+    with tempfile.TemporaryDirectory(prefix="loopstack-ortprof-") as tmp:
+        sess = _ort_session(path, profile_prefix=os.path.join(tmp, "ort"))
+        name = sess.get_inputs()[0].name
+        best = [float("inf")] * len(model.layers)
+        for _ in range(rounds):
+            sess.run(None, {name: x})
+            model.time_layers({model.input_names[0]: x}, rounds=1)
+            best = [min(b, L.seconds) for b, L in zip(best, model.layers)]
+        with open(sess.end_profiling()) as f:
+            events = _json.load(f)
+    nodes: dict = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            key = e["name"][:-len("_kernel_time")]
+            op = e.get("args", {}).get("op_name", "")
+            prev = nodes.get(key, (op, float("inf")))
+            nodes[key] = (op, min(prev[1], e["dur"]))
+    ours = [(L.name, b * 1e6) for L, b in zip(model.layers, best)]
+    return ours, [(k, op, us) for k, (op, us) in nodes.items()]
+
+
+def layer_table(ours, theirs) -> str:
+    lines = [f"{'loopstack layer':<44} {'us':>8}   {'onnxruntime node':<44} {'op':<14} {'us':>8}"]
+    for i in range(max(len(ours), len(theirs))):
+        a = f"{ours[i][0][:44]:<44} {ours[i][1]:8.1f}" if i < len(ours) else " " * 53
+        b = f"{theirs[i][0][:44]:<44} {theirs[i][1][:14]:<14} {theirs[i][2]:8.1f}" if i < len(theirs) else ""
+        lines.append(f"{a}   {b}".rstrip())
+    lines.append(f"{'sum':<44} {sum(u for _, u in ours):8.1f}   {'sum':<59} {sum(u for *_, u in theirs):8.1f}")
+    return "\n".join(lines)
+
+
+def bench(names=None, rounds: int = 20, log=print, threads: int = 1) -> list[dict]:
     import onnx
 
     from .models import MODELS
@@ -151,8 +208,10 @@ def bench(names=None, rounds: int = 20, log=print) -> list[dict]:
                 log(f"  {name:<20} {engine:<12} " + (res.get("error") or
                     f"{res['ms']:.2f} ms, first result {res['compile_ms']:.0f} ms, {res['peak_mib']:.1f} MiB"))
             if len(outs) == 2:
-                for engine, (med, best) in interleaved(path, x, rounds).items():
-                    row[engine].update(ms=med, best_ms=best)
+                for engine, (med, best) in interleaved(path, x, rounds, threads).items():
+                    row.setdefault(engine, {}).update(ms=med, best_ms=best)
+                if threads > 1:
+                    row["threads"] = threads
                 log(f"  {name:<20} interleaved  loopstack {row['loopstack']['ms']:.2f} ms, "
                     f"onnxruntime {row['onnxruntime']['ms']:.2f} ms (medians)")
                 ref = outs["onnxruntime"]
@@ -165,6 +224,9 @@ def bench(names=None, rounds: int = 20, log=print) -> list[dict]:
 def table(rows) -> str:
     head = (f"{'model':<20} {'input':<12} {'loopstack ms':>12} {'ort ms':>8} {'speed':>6} {'best':>6} {'max err':>9} "
             f"{'err/scale':>9} {'ls first':>9} {'ort first':>9} {'ls MiB':>7} {'ort MiB':>7}")
+    threads = max((r.get("threads", 1) for r in rows), default=1)
+    if threads > 1:
+        head += f" {f'ls {threads}t ms':>9} {'scaling':>7}"
     lines = [head]
     for r in rows:
         ls, ort = r.get("loopstack", {}), r.get("onnxruntime", {})
@@ -180,6 +242,10 @@ def table(rows) -> str:
                      f"{'-' if err is None else format(err, '9.2e')} {'-' if rel is None else format(rel, '9.1e')} "
                      f"{f(ls, 'compile_ms', '9.0f')} {f(ort, 'compile_ms', '9.0f')} "
                      f"{f(ls, 'peak_mib', '7.1f')} {f(ort, 'peak_mib', '7.1f')}")
+        if threads > 1:
+            many = r.get("loopstack_threads", {})
+            scaling = f"{ls['ms'] / many['ms']:.2f}x" if "ms" in ls and "ms" in many else "-"
+            lines[-1] += f" {f(many, 'ms', '9.2f')} {scaling:>7}"
     return "\n".join(lines)
 
 
@@ -195,6 +261,11 @@ def records(rows) -> list[dict]:
                     rec[f"{engine}_{unit}"] = d[k]
             if "error" in d:
                 rec[f"{engine}_error"] = d["error"]
+        many = r.get("loopstack_threads", {})
+        if "ms" in many:
+            rec["threads"] = r["threads"]
+            rec["loopstack_threads_latency_ms"] = many["ms"]
+            rec["loopstack_threads_best_latency_ms"] = many["best_ms"]
         for k in ("max_abs_err", "output_scale"):
             if k in r:
                 rec[k] = r[k]
@@ -211,8 +282,24 @@ def main(argv=None) -> int:
     ap.add_argument("--model", action="append", choices=sorted(MODELS), help="run only these models (repeatable)")
     ap.add_argument("--rounds", type=int, default=20, help="timed calls per engine (the median counts)")
     ap.add_argument("--json", metavar="FILE", help="write one JSON record per model")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="also time loopstack with its parallel loops on N threads (a column of its own)")
+    ap.add_argument("--layers", action="store_true",
+                    help="instead: each model's layers beside onnxruntime's nodes (best of --rounds, one process)")
     args = ap.parse_args(argv)
-    rows = bench(args.model, args.rounds)
+    if args.layers:
+        import onnx
+
+        for name in args.model or sorted(MODELS):
+            m = MODELS[name]()
+            shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+            x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+            with tempfile.TemporaryDirectory(prefix="loopstack-nets-") as tmp:
+                path = os.path.join(tmp, f"{name}.onnx")
+                onnx.save(m, path)
+                print(f"{name}:\n{layer_table(*layer_times(path, x, args.rounds))}\n")
+        return 0
+    rows = bench(args.model, args.rounds, threads=args.threads)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:

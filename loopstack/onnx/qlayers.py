@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -92,6 +93,10 @@ class _HostKernel:
 
     def __call__(self, *arrays):
         self.fn(*arrays)
+
+    def bind(self, *arrays, threads=None):
+        """The call on `arrays`, prepared once (a compiled model's layers are; see Kernel.bind)."""
+        return partial(self.fn, *arrays)
 
 
 @dataclass(eq=False)

@@ -72,6 +72,28 @@ def check_float(arr: np.ndarray, what: str) -> np.ndarray:
     return arr
 
 
+TRANSPOSE_BLOCK = 32    # elements per side of the tiles a large transposition copies
+
+
+def transposed(arr: np.ndarray, axes: tuple, block: int = TRANSPOSE_BLOCK) -> np.ndarray:
+    """`np.transpose(arr, axes)` as a new C-contiguous array. A transposition that moves the
+    innermost axis copies tile by tile, so that both the rows it reads and the rows it writes
+    stay in cache (ResNet-18's convolution weights, 45 MB: 46 ms of CPU copied directly, 13 ms
+    by tiles of 32, 24 ms by tiles of 64; before, most of the import's time)."""
+    view = np.transpose(arr, axes)
+    if arr.ndim < 2 or axes[-1] == arr.ndim - 1 or arr.size < block * block:
+        return np.ascontiguousarray(view)
+    out = np.empty(view.shape, arr.dtype)
+    src_inner = axes.index(arr.ndim - 1)       # where the source's rows run in the result
+    b = block
+    for i in range(0, view.shape[src_inner], b):
+        for j in range(0, view.shape[-1], b):
+            tile = [slice(None)] * arr.ndim
+            tile[src_inner], tile[-1] = slice(i, i + b), slice(j, j + b)
+            out[tuple(tile)] = view[tuple(tile)]
+    return out
+
+
 def const_dyn(arr: np.ndarray, what: str = "constant", keep=(), layout=None) -> Dyn:
     """A constant array as a DSL input declared constant (weights: packed once); unit axes are
     left out of the expression except those in `keep`; the data is stored with its axes in
@@ -81,10 +103,9 @@ def const_dyn(arr: np.ndarray, what: str = "constant", keep=(), layout=None) -> 
         raise UnsupportedError(f"{what}: empty tensors (shape {arr.shape}) are not supported")
     dims = tuple(None if (s == 1 and i not in keep) else fresh("k") for i, s in enumerate(arr.shape))
     order = [a for a in (layout or range(arr.ndim)) if dims[a] is not None]
-    kept = np.transpose(arr, layout or range(arr.ndim)).reshape([arr.shape[a] for a in order])
+    kept = transposed(arr, tuple(layout or range(arr.ndim))).reshape([arr.shape[a] for a in order])
     if kept.ndim == 0:
         return Dyn(as_tensor(float(kept)), dims, arr.shape)
-    kept = np.ascontiguousarray(kept)
     t = Tensor(kept, constant=True).to(*[dims[a] for a in order])
     return Dyn(t, dims, arr.shape)
 

@@ -114,6 +114,51 @@ def test_the_kernel_packs_again_for_another_weight_array():
 
 
 @needs_avx2
+def test_bound_calls_keep_their_own_packed_weights():
+    """Two calls of one kernel bound to different weights (two layers of one shape), run in
+    turn: each packed its weights into intermediates of its own, so neither sees the other's."""
+    C, K, H = 8, 24, 5
+    Y, X, W1 = _conv(C, K, H)
+    kernel = compile(_packed_conv_schedule(Y, C, K, H, 4, 16, 2).lower())
+    W2 = np.random.default_rng(7).standard_normal(W1.shape).astype(np.float32)
+    outs = [np.zeros(Y.shape, np.float32) for _ in range(2)]
+    calls = [kernel.bind(X, Wt, out) for Wt, out in zip((W1, W2), outs)]
+    for call in calls + calls[::-1]:
+        for out in outs:
+            out[...] = 0
+        call()
+        done = calls.index(call)
+        np.testing.assert_allclose(outs[done], conv_reference(X, (W1, W2)[done]), rtol=1e-4, atol=1e-4)
+        assert not outs[1 - done].any()
+
+
+@needs_avx2
+def test_a_bound_call_still_runs_after_its_kernel_is_closed():
+    """The kernel's own call refuses once closed; a call prepared before keeps its code mapped."""
+    C, K, H = 8, 24, 5
+    Y, X, W1 = _conv(C, K, H)
+    kernel = compile(_packed_conv_schedule(Y, C, K, H, 4, 16, 2).lower())
+    out = np.zeros(Y.shape, np.float32)
+    call = kernel.bind(X, W1, out)
+    kernel.close()
+    with pytest.raises(lt.LoopstackError, match="closed"):
+        kernel(X, W1, out)
+    with pytest.raises(lt.LoopstackError, match="closed"):
+        kernel.bind(X, W1, out)
+    call()
+    np.testing.assert_allclose(out, conv_reference(X, W1), rtol=1e-4, atol=1e-4)
+
+
+@needs_avx2
+def test_a_bound_call_checks_its_arrays_once_up_front():
+    C, K, H = 8, 24, 5
+    Y, X, W1 = _conv(C, K, H)
+    kernel = compile(_packed_conv_schedule(Y, C, K, H, 4, 16, 2).lower())
+    with pytest.raises(lt.ArgumentError, match="shape"):
+        kernel.bind(X[:-1], W1, np.zeros(Y.shape, np.float32))
+
+
+@needs_avx2
 def test_frontend_results_follow_a_rebound_constant():
     """`.numpy()` with a constant rebound to new data: the kernel sees another array and repacks."""
     C, K, H = 8, 24, 5

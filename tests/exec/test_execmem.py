@@ -128,6 +128,26 @@ def test_close_is_idempotent_and_call_after_close_raises():
         code.func
 
 
+@pytest.mark.skipif(not platform.system() == "Linux", reason="reads /proc/self/maps")
+def test_held_code_stays_mapped_after_close_until_its_holder_goes():
+    """A prepared call took the function pointer while the code was open: closing the code
+    must not unmap what it jumps to while the call lives."""
+    class Holder:
+        pass
+
+    code = ExecutableCode(RET_42, "int(*)(void)")
+    address, func, holder = code.address, code.func, Holder()
+    code.hold(holder)
+    code.close()
+    assert code.closed and "r-xp" in mappings_at(address)
+    assert func() == 42
+    del holder
+    gc.collect()
+    assert not any("x" in p for p in mappings_at(address))
+    with pytest.raises(LoopstackError, match="closed"):
+        code.hold(Holder())
+
+
 def test_context_manager_closes():
     with ExecutableCode(RET_42, "int(*)(void)") as code:
         assert code() == 42

@@ -87,23 +87,25 @@ def _register_unary(op, first, build, fold=None, **attrs):
 
 
 def _erf(t):
-    """erf from exp and arithmetic: the Maclaurin series for |x| < 0.5 (error < 1e-9) blended,
-    by an exact step, with Abramowitz & Stegun 7.1.26 above (absolute error < 1.5e-7 where erf
-    is at least 0.52)."""
+    """erf from exp and arithmetic: the Maclaurin series for |x| < 0.5 (to x^11: error < 2e-8)
+    blended, by an exact step, with Abramowitz & Stegun 7.1.26 above (absolute error < 1.5e-7
+    where erf is at least 0.52). Each value read more than once is stored once per vector by
+    the layer's schedule (onnx/schedules.py), so the terms below count as written."""
     a = t.abs()
     small = t.max(-0.5).min(0.5)
     x2 = small * small
-    series = 0.0
-    for n in reversed(range(8)):
-        series = series * x2 + (-1) ** n / (math.factorial(n) * (2 * n + 1))
-    series = small * series * (2 / math.sqrt(math.pi))
+    coeffs = [(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(6)]
+    series = x2 * coeffs[-1] + coeffs[-2]
+    for c in reversed(coeffs[:-2]):
+        series = series * x2 + c
+    series = small * (series * (2 / math.sqrt(math.pi)))
     p, a1, a2, a3, a4, a5 = 0.3275911, 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429
     u = (a * p + 1.0).reciprocal()
     poly = ((((u * a5 + a4) * u + a3) * u + a2) * u + a1) * u
     large = 1.0 - poly * (-(a * a)).exp()
-    sign = step(t) - step(-t)
+    sign = (t * 1e30).max(-1.0).min(1.0)      # exact wherever the large branch is taken
     big = step(a, 0.5)
-    return big * (sign * large) + (1.0 - big) * series
+    return series + big * (sign * large - series)
 
 
 def _softplus(t):

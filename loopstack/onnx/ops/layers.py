@@ -68,7 +68,7 @@ def _spatial(nsp, kernel, strides, pads, dilations, auto_pad, extents, what, cei
     return out
 
 
-def _windowed(ctx, x: Dyn, first: int, geo, taps, border=None):
+def _windowed(ctx, x: Dyn, first: int, geo, taps):
     """x padded (or cropped) to exactly what its windows read, then viewed through them:
     (tensor [.., outputs.., taps..], output symbols, the value viewed: x, or x stored anew
     when it had to be cropped and padded, whose other axes are then named afresh)."""
@@ -89,22 +89,26 @@ def _windowed(ctx, x: Dyn, first: int, geo, taps, border=None):
             t = t.pad(sym, w.pb, max(w.end, 0))
             sym = t.symbolic_shape[at]
         syms.append(sym)
-    if border is not None:
-        t = border(t, syms)
     outs = [fresh("o") for _ in geo]
     cons = []
     for sym, o, r, w in zip(syms, outs, taps, geo):
         cons.append((sym, o * w.s + r * w.d if r is not None else o * w.s))
     # the other axes and the window counts in the order x is stored: the reduction's output is
     # then ordered as its consumers store it, and its innermost axis is the one to vectorise
+    # The taps go right after the last window count, before the axes stored inside it: a
+    # channels-last convolution then reduces taps, then channels (r s c, as the convolution
+    # schedules expect: the channels innermost, read contiguously, and the channel tile is
+    # the innermost reduced axis), where taps last would walk a pixel's neighbours innermost
     spatial = dict(zip(range(first, first + len(geo)), outs))
     order = []
     for a in (v.layout or range(len(v.shape))):
         if a in spatial:
             order.append(spatial[a])
+            if len(order) and all(o in order for o in outs):
+                order += [r for r in taps if r is not None]
         elif v.dims[a] is not None:
             order.append(v.dims[a])
-    view = t.to(*order, *[r for r in taps if r is not None], constraints=cons)
+    view = t.to(*order, constraints=cons)
     for o, w in zip(outs, geo):
         declare(view, o, w.o, "window count")
     return view, outs, v
@@ -137,10 +141,15 @@ def _convolve(ctx, X, W, B, g: int, geo) -> Dyn:
     # activations channels-last (N, spatial.., C) in memory, the order loopstack's convolution
     # schedules are built for; the weights (spatial.., group, channel, filter) likewise
     last = channels_last(2 + nsp)
-    xs = ctx.materialize(X, layout=last) if not is_const(X) else const_dyn(X)
+    # a few channels already in memory as they are (the network's image): the kernel reads one
+    # value per channel and tap as a broadcast whatever the layout, so a copy into
+    # channels-last would cost a pass over the image and win nothing
+    as_is = not is_const(X) and X.buffer is not None and g == 1 and C <= FEW_CHANNELS and \
+        tuple(X.layout or range(2 + nsp)) == tuple(range(2 + nsp))
+    xs = X if as_is else ctx.materialize(X, layout=last) if not is_const(X) else const_dyn(X)
     # channels as (group, channel of group): a free regrouping of the buffer
     sp_axes = tuple(range(3, 3 + nsp))
-    grouped = (0, *sp_axes, 1, 2)
+    grouped = tuple(range(3 + nsp)) if as_is else (0, *sp_axes, 1, 2)
     x = ctx.placeholder(xs.buffer, (N, g, CG, *sp), keep=sp_axes, layout=grouped) if xs.buffer else \
         const_dyn(np.asarray(X).reshape(N, g, CG, *sp), keep=sp_axes)
     w = const_dyn(W.reshape(g, KG, CG, *ks), "Conv weights", layout=(*range(3, 3 + nsp), 0, 2, 1))
@@ -162,6 +171,9 @@ def _convolve(ctx, X, W, B, g: int, geo) -> Dyn:
     out = _regroup(ctx, out, (N, K, *out.shape[3:]))
     out.layout = last
     return out
+
+
+FEW_CHANNELS = 4     # input channels a convolution reads in the layout they arrive in
 
 
 def channels_last(rank: int) -> tuple:
@@ -283,20 +295,25 @@ def max_pool(ctx, X, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_s
     x, nsp = _pool_input(ctx, X, "MaxPool")
     geo = _spatial(nsp, list(kernel_shape), strides, pads, dilations, auto_pad, x.shape[2:], "MaxPool", ceil_mode)
     taps = [fresh("r") for _ in range(nsp)]
-
-    def lowest_border(t, syms):
-        # zero padding is wrong for a max: add a constant that is the lowest float on the border
-        if not any(w.pb or w.end > 0 for w in geo):
-            return t
+    view, outs, x = _windowed(ctx, x, 2, geo, taps)
+    for r, k in zip(taps, kernel_shape):
+        declare(view, r, k, "pooling window")
+    # zero padding is right for a max of values >= 0 (a ReLU's) when every window holds a value
+    # of the input; otherwise the lowest float is added on the border
+    padded = any(w.pb or w.end > 0 for w in geo)
+    if padded and ctx.nonnegative(x) and all(w.d == 1 and w.pb < w.k and max(w.end, 0) < w.k for w in geo):
+        padded = False
+    if padded:
+        # the border is viewed through the same windows, so that the sum is part of the max's
+        # own expression (the padded input is then split into border and interior nests, or
+        # staged by a vector copy) rather than a padded image stored beforehand
         ext = [(w.o - 1) * w.s + (w.k - 1) * w.d + 1 for w in geo]
         border = np.full(ext, _LOWEST, np.float32)
         border[tuple(slice(w.pb, w.pb + x.shape[2 + i]) for i, w in enumerate(geo))] = 0.0
         m = const_dyn(border, "MaxPool border", keep=tuple(range(nsp)))
-        return t + m.t.to(*syms)
-
-    view, outs, x = _windowed(ctx, x, 2, geo, taps, lowest_border)
-    for r, k in zip(taps, kernel_shape):
-        declare(view, r, k, "pooling window")
+        syms = [m.dims[i] for i in range(nsp)]
+        cons = [(sym, o * w.s + r * w.d) for sym, o, r, w in zip(syms, outs, taps, geo)]
+        view = view + m.t.to(*outs, *taps, constraints=cons)
     y = view.max_reduce(*taps)
     return Dyn(y, (*x.dims[:2], *outs), (*x.shape[:2], *[w.o for w in geo]), x.ops, layout=x.layout)
 

@@ -1,0 +1,40 @@
+"""The nets bench's measuring and reporting, on a small model (no timings are checked)."""
+import numpy as np
+import onnx
+
+from loopstack.onnx import netbench
+from loopstack.onnx.models import mlp
+
+
+def test_interleaved_times_each_engine_and_loopstack_on_more_threads(tmp_path):
+    path = str(tmp_path / "mlp.onnx")
+    onnx.save(mlp(), path)
+    x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
+    res = netbench.interleaved(path, x, rounds=2, threads=2)
+    assert set(res) == {"loopstack", "onnxruntime", "loopstack_threads"}
+    assert all(0 < best <= med for med, best in res.values())
+    assert set(netbench.interleaved(path, x, rounds=1)) == {"loopstack", "onnxruntime"}
+
+
+def test_the_table_and_records_carry_the_threads_column():
+    row = {"name": "m", "input": "1x4", "threads": 2, "max_abs_err": 1e-7, "output_scale": 1.0,
+           "loopstack": {"ms": 2.0, "best_ms": 1.5, "compile_ms": 100.0, "peak_mib": 1.0},
+           "onnxruntime": {"ms": 3.0, "best_ms": 2.0, "compile_ms": 50.0, "peak_mib": 2.0},
+           "loopstack_threads": {"ms": 1.0, "best_ms": 0.9}}
+    head, line = netbench.table([row]).splitlines()
+    assert head.split()[-3:] == ["2t", "ms", "scaling"]
+    assert line.split()[-2:] == ["1.00", "2.00x"] and "1.50x" in line
+    (rec,) = netbench.records([row])
+    assert rec["threads"] == 2 and rec["loopstack_threads_latency_ms"] == 1.0
+    assert "scaling" not in netbench.table([dict(row, threads=1, loopstack_threads={})]).splitlines()[0]
+
+
+def test_layer_times_put_each_layer_beside_onnxruntimes_nodes(tmp_path):
+    path = str(tmp_path / "mlp.onnx")
+    onnx.save(mlp(), path)
+    x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
+    ours, theirs = netbench.layer_times(path, x, rounds=2)
+    assert [name for name, _ in ours][0].startswith("gemm") and all(us > 0 for _, us in ours)
+    assert {op for _, op, _ in theirs} >= {"Softmax"} and all(us >= 0 for *_, us in theirs)
+    lines = netbench.layer_table(ours, theirs).splitlines()
+    assert len(lines) == 2 + max(len(ours), len(theirs)) and lines[-1].startswith("sum")
