@@ -24,7 +24,7 @@ from operator import is_
 
 import numpy as np
 
-from ..errors import LoopstackError, ScheduleError, UnsupportedError
+from ..errors import ArgumentError, LoopstackError, ScheduleError, UnsupportedError
 from ..isa.target import get_target, host_arch
 from ..looptree.ir import Dot, Loop, LoopTree, loop_var, statements
 from .kernel_base import KernelBase, allocate_storage

@@ -128,9 +128,9 @@ class Importer:
         if is_const(v) or v.buffer is None:
             return False
         layer = next((L for L in reversed(self.layers) if L.out == v.buffer), None)
-        if layer is None:
+        node = getattr(layer.tensor, "_node", None) if layer is not None else None
+        if node is None:            # a layer built as a loop tree or a host step (onnx/qlayers.py)
             return False
-        node = layer.tensor._node
         while node.op == "view":
             node = node.inputs[0]
         return node.op == "unary" and node.fn == "relu"
