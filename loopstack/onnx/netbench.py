@@ -14,8 +14,14 @@ onnxruntime's median over loopstack's) and the best ("best": the same ratio of t
 calls, which a busy machine disturbs less); loopstack's max abs error is taken
 against onnxruntime's output on the same input. onnxruntime runs with intra_op_num_threads=1,
 sequential execution and every graph optimisation; loopstack's parallel loops run on one
-thread (`lt.onnx.compile(..., threads=1)`). torch eager is not a peer here: running an
-ONNX file in it needs a converter this project does not carry.
+thread (`lt.onnx.compile(..., threads=1)`).
+
+Two more peers (`--peers torch,tvm`, both by default where installed): torch eager, the
+graph's nodes dispatched one by one to torch operators on one thread (`peers/torch_onnx.py`;
+interleaved with the others), and TVM's Relax frontend building the file untuned for this CPU
+(`peers/tvm_onnx.py`; its first result includes the build, and its calls are timed in its own
+process only, at most TVM_ROUNDS of them: untuned code takes seconds per image). Their errors
+are taken against onnxruntime's output too.
 """
 from __future__ import annotations
 
@@ -30,11 +36,13 @@ import time
 import numpy as np
 
 ENGINES = ("loopstack", "onnxruntime")
+PEER_ENGINES = ("torch", "tvm")          # optional peers (loopstack/peers/*_onnx.py)
+TVM_ROUNDS = 3
 # the modules loopstack imports on the way from an ONNX file to the first result
 COMPILE_PATH = ("loopstack.onnx.model", "loopstack.onnx.ops", "loopstack.onnx.schedules", "loopstack.tune.defaults",
                 "loopstack.tune.lookup", "loopstack.frontend.run", "loopstack.backend.native",
                 "loopstack.backend.x86.emitter", "loopstack.isa.x86.assembler", "loopstack.isa.execmem")
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TVM_NUM_THREADS")
 
 
 def _status_kib(field: str) -> int:
@@ -64,6 +72,18 @@ def child(engine: str, path: str, input_path: str, out_path: str, rounds: int) -
         import loopstack as lt
         for module in COMPILE_PATH:    # loaded on first use; onnxruntime's import loads all of it
             importlib.import_module(module)
+    elif engine in PEER_ENGINES:
+        import onnx
+
+        if engine == "torch":
+            import torch  # noqa: F401
+
+            from ..peers.torch_onnx import torch_eager as build
+        else:
+            from tvm.relax.frontend import onnx as _tvm_onnx  # noqa: F401
+
+            from ..peers.tvm_onnx import tvm_relax as build
+            rounds = min(rounds, TVM_ROUNDS)
     else:
         import onnxruntime  # noqa: F401
     base = _rss_kib()
@@ -72,6 +92,12 @@ def child(engine: str, path: str, input_path: str, out_path: str, rounds: int) -
         model = lt.onnx.compile(path, threads=1)
         y = model(x)
         run = lambda: model(x)   # noqa: E731
+    elif engine in PEER_ENGINES:
+        proto = onnx.load(path)
+        name = proto.graph.input[0].name
+        peer = build(proto)
+        y = next(iter(peer({name: x}).values()))
+        run = lambda: peer({name: x})   # noqa: E731
     else:
         sess = _ort_session(path)
         name = sess.get_inputs()[0].name
@@ -117,16 +143,23 @@ def _ort_session(path, profile_prefix=None):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def interleaved(path: str, x, rounds: int, threads: int = 1) -> dict:
+def interleaved(path: str, x, rounds: int, threads: int = 1, torch: bool = False) -> dict:
     """Both engines in this process, one call each per round, alternating, so that both see
     the same phases of a shared machine: {engine: (median ms, best ms)}; with `threads` > 1
-    also loopstack on that many threads ("loopstack_threads")."""
+    also loopstack on that many threads ("loopstack_threads"); with `torch`, torch eager too."""
     import loopstack as lt
 
     model = lt.onnx.compile(path, threads=1)
     sess = _ort_session(path)
     name = sess.get_inputs()[0].name
     calls = {"loopstack": lambda: model(x), "onnxruntime": lambda: sess.run(None, {name: x})}
+    if torch:
+        import onnx
+
+        from ..peers.torch_onnx import torch_eager
+
+        eager = torch_eager(onnx.load(path))
+        calls["torch"] = lambda: eager({name: x})
     if threads > 1:
         many = lt.onnx.compile(path, threads=threads)
         calls["loopstack_threads"] = lambda: many(x)
@@ -181,12 +214,20 @@ def layer_table(ours, theirs) -> str:
     return "\n".join(lines)
 
 
-def bench(names=None, rounds: int = 20, log=print, threads: int = 1) -> list[dict]:
+def available_peers() -> tuple[str, ...]:
+    """The optional peers installed here."""
+    import importlib.util
+
+    return tuple(p for p, mod in (("torch", "torch"), ("tvm", "tvm")) if importlib.util.find_spec(mod))
+
+
+def bench(names=None, rounds: int = 20, log=print, threads: int = 1, peers=None) -> list[dict]:
     import onnx
 
     from .models import MODELS
 
     names = list(names or MODELS)
+    peers = tuple(available_peers() if peers is None else peers)
     rows = []
     with tempfile.TemporaryDirectory(prefix="loopstack-nets-") as tmp:
         for name in names:
@@ -199,7 +240,7 @@ def bench(names=None, rounds: int = 20, log=print, threads: int = 1) -> list[dic
             np.save(xin, x)
             row = {"name": name, "input": "x".join(map(str, shape))}
             outs = {}
-            for engine in ENGINES:
+            for engine in ENGINES + peers:
                 out = os.path.join(tmp, f"{name}.{engine}.npy")
                 res = _spawn(engine, path, xin, out, rounds)
                 row[engine] = res
@@ -207,8 +248,8 @@ def bench(names=None, rounds: int = 20, log=print, threads: int = 1) -> list[dic
                     outs[engine] = np.load(out)
                 log(f"  {name:<20} {engine:<12} " + (res.get("error") or
                     f"{res['ms']:.2f} ms, first result {res['compile_ms']:.0f} ms, {res['peak_mib']:.1f} MiB"))
-            if len(outs) == 2:
-                for engine, (med, best) in interleaved(path, x, rounds, threads).items():
+            if "loopstack" in outs and "onnxruntime" in outs:
+                for engine, (med, best) in interleaved(path, x, rounds, threads, "torch" in outs).items():
                     row.setdefault(engine, {}).update(ms=med, best_ms=best)
                 if threads > 1:
                     row["threads"] = threads
@@ -217,6 +258,9 @@ def bench(names=None, rounds: int = 20, log=print, threads: int = 1) -> list[dic
                 ref = outs["onnxruntime"]
                 row["max_abs_err"] = float(np.abs(outs["loopstack"] - ref).max())
                 row["output_scale"] = float(np.abs(ref).max())
+                for engine in peers:
+                    if engine in outs:
+                        row[engine]["max_abs_err"] = float(np.abs(outs[engine].reshape(ref.shape) - ref).max())
             rows.append(row)
     return rows
 
@@ -227,6 +271,11 @@ def table(rows) -> str:
     threads = max((r.get("threads", 1) for r in rows), default=1)
     if threads > 1:
         head += f" {f'ls {threads}t ms':>9} {'scaling':>7}"
+    peers = [p for p in PEER_ENGINES if any(p in r for r in rows)]
+    if "torch" in peers:
+        head += f" {'torch ms':>9} {'xtorch':>6}"
+    if "tvm" in peers:
+        head += f" {'tvm ms':>9} {'xtvm':>6} {'tvm first':>9}"
     lines = [head]
     for r in rows:
         ls, ort = r.get("loopstack", {}), r.get("onnxruntime", {})
@@ -246,14 +295,21 @@ def table(rows) -> str:
             many = r.get("loopstack_threads", {})
             scaling = f"{ls['ms'] / many['ms']:.2f}x" if "ms" in ls and "ms" in many else "-"
             lines[-1] += f" {f(many, 'ms', '9.2f')} {scaling:>7}"
-    return "\n".join(lines)
+        for p in peers:
+            d = r.get(p, {})
+            ratio = f"{d['ms'] / ls['ms']:.2f}x" if "ms" in d and "ms" in ls else "-"
+            lines[-1] += f" {f(d, 'ms', '9.2f')} {ratio:>6}" if "error" not in d else f" {'error':>9} {'-':>6}"
+            if p == "tvm":
+                lines[-1] += f" {f(d, 'compile_ms', '9.0f')}"
+    errors = [f"{r['name']} {p}: {r[p]['error']}" for r in rows for p in PEER_ENGINES if "error" in r.get(p, {})]
+    return "\n".join(lines + errors)
 
 
 def records(rows) -> list[dict]:
     out = []
     for r in rows:
         rec = {"name": r["name"], "input": r["input"]}
-        for engine in ENGINES:
+        for engine in ENGINES + PEER_ENGINES:
             d = r.get(engine, {})
             for k, unit in (("ms", "latency_ms"), ("best_ms", "best_latency_ms"), ("compile_ms", "first_result_ms"),
                             ("peak_mib", "peak_mib")):
@@ -261,6 +317,8 @@ def records(rows) -> list[dict]:
                     rec[f"{engine}_{unit}"] = d[k]
             if "error" in d:
                 rec[f"{engine}_error"] = d["error"]
+            if engine in PEER_ENGINES and "max_abs_err" in d:
+                rec[f"{engine}_max_abs_err"] = d["max_abs_err"]
         many = r.get("loopstack_threads", {})
         if "ms" in many:
             rec["threads"] = r["threads"]
@@ -284,6 +342,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="FILE", help="write one JSON record per model")
     ap.add_argument("--threads", type=int, default=1,
                     help="also time loopstack with its parallel loops on N threads (a column of its own)")
+    ap.add_argument("--peers", default=None, metavar="LIST",
+                    help="optional peers beside onnxruntime: torch,tvm (default: those installed; '' for none)")
     ap.add_argument("--layers", action="store_true",
                     help="instead: each model's layers beside onnxruntime's nodes (best of --rounds, one process)")
     args = ap.parse_args(argv)
@@ -299,7 +359,11 @@ def main(argv=None) -> int:
                 onnx.save(m, path)
                 print(f"{name}:\n{layer_table(*layer_times(path, x, args.rounds))}\n")
         return 0
-    rows = bench(args.model, args.rounds, threads=args.threads)
+    peers = None if args.peers is None else tuple(p for p in args.peers.split(",") if p)
+    unknown = [p for p in peers or () if p not in PEER_ENGINES]
+    if unknown:
+        ap.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEER_ENGINES)}")
+    rows = bench(args.model, args.rounds, threads=args.threads, peers=peers)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:

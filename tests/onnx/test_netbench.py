@@ -38,3 +38,28 @@ def test_layer_times_put_each_layer_beside_onnxruntimes_nodes(tmp_path):
     assert {op for _, op, _ in theirs} >= {"Softmax"} and all(us >= 0 for *_, us in theirs)
     lines = netbench.layer_table(ours, theirs).splitlines()
     assert len(lines) == 2 + max(len(ours), len(theirs)) and lines[-1].startswith("sum")
+
+
+def test_the_bench_runs_torch_eager_and_tvm_beside_onnxruntime_and_checks_their_outputs():
+    import pytest
+
+    if set(netbench.available_peers()) != {"torch", "tvm"}:
+        pytest.skip("torch and apache-tvm are in the test extra; not installed here")
+    (row,) = netbench.bench(["mlp"], rounds=2, log=lambda *a: None, peers=("torch", "tvm"))
+    for engine in ("loopstack", "onnxruntime", "torch", "tvm"):
+        assert "error" not in row[engine] and row[engine]["ms"] > 0 and row[engine]["compile_ms"] > 0
+    assert row["torch"]["max_abs_err"] <= 1e-4 * row["output_scale"]
+    assert row["tvm"]["max_abs_err"] <= 1e-4 * row["output_scale"]
+    head, line = netbench.table([row]).splitlines()
+    assert "xtorch" in head and "xtvm" in head and "tvm first" in head
+    (rec,) = netbench.records([row])
+    assert rec["torch_latency_ms"] > 0 and rec["tvm_first_result_ms"] > 0 and "tvm_max_abs_err" in rec
+
+
+def test_a_peer_that_fails_is_reported_in_the_table_not_hidden():
+    row = {"name": "m", "input": "1x4", "max_abs_err": 1e-7, "output_scale": 1.0,
+           "loopstack": {"ms": 2.0, "best_ms": 1.5, "compile_ms": 100.0, "peak_mib": 1.0},
+           "onnxruntime": {"ms": 3.0, "best_ms": 2.0, "compile_ms": 50.0, "peak_mib": 2.0},
+           "tvm": {"error": "UnsupportedError: no Erf"}}
+    lines = netbench.table([row]).splitlines()
+    assert "xtvm" in lines[0] and "error" in lines[1] and lines[-1] == "m tvm: UnsupportedError: no Erf"
