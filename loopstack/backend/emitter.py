@@ -154,8 +154,9 @@ class Emitter:
         for name, c in coeffs:
             disp += c * static.get(name, 0)
         # the buffer's version changes with every store to it, so a load after a store
-        # never hits the cache entry of the value before it
-        return (num, disp, kind, lanes, dtype, self.versions.get(buffer, 0))
+        # never hits the cache entry of the value before it; an integer read by a float statement
+        # is held converted, so the statement's kind is part of the key
+        return (num, disp, kind, lanes, dtype, self.versions.get(buffer, 0), self.int)
 
     def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
         """The value of a read; a cached register, a memory operand, or a fresh register."""
