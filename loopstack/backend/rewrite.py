@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Load, Loop, LoopTree, substitute_acc
+from ..looptree.ir import Compute, Const, Load, Loop, LoopTree, reduce_identity, substitute_acc
 from .analysis import block_footprint, indexes_output, perfect_statement, reads_output, reduction_loops, vector_plan
 from .padding import split_padded_nests, stage_padded_reads
 
@@ -51,9 +51,10 @@ def init_post_fusable(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute,
     return False
 
 
-def _init_expr(stmt: Compute):
+def _init_expr(tree: LoopTree, stmt: Compute):
+    """The init as a statement of its own: it stores the identity, so as a value of the output's type."""
     if stmt.init == "identity":
-        return Const(REDUCE_IDENTITY[stmt.reduce])
+        return Const(reduce_identity(stmt.reduce, tree.buffer(stmt.out.buffer).dtype))
     return stmt.init
 
 
@@ -96,7 +97,7 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
             for st, stmt in todo:
                 inner_out = [lp for lp in st[len(stack):] if indexes_output(stmt, lp)]
                 if stmt.init is not None:
-                    pre.append(_nest(inner_out, Compute(f"{stmt.name}_init", stmt.out, _init_expr(stmt)), counter))
+                    pre.append(_nest(inner_out, Compute(f"{stmt.name}_init", stmt.out, _init_expr(tree, stmt)), counter))
                 if stmt.post is not None:
                     post.append(_nest(inner_out, Compute(
                         f"{stmt.name}_post", stmt.out, substitute_acc(stmt.post, Load(stmt.out))), counter))
