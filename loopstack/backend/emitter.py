@@ -137,6 +137,13 @@ class Emitter:
             self._kinds[key] = kind
         return kind
 
+    def output_kind(self, dtype: str, shape: Shape) -> str:
+        """How a statement reads back its output as the accumulator: 8-bit and 16-bit integers
+        widened to int32 lanes, like any read of them."""
+        if not shape.vector:
+            return "scalar"
+        return "widen" if dtype in NARROW_INTEGERS else "vec"
+
     def _load_form(self, access: Access, shape: Shape) -> tuple:
         """(pointer number, constant bytes, coefficients, kind, lanes, dtype, buffer) of a load of
         `access` as `shape`, once per both (keyed by identity: `_bases` keeps the access alive)."""
