@@ -1,13 +1,14 @@
 """Float statements that read integers (a uint8 image scaled to float, an int32 accumulator
 dequantized): every integer dtype is converted as numpy's astype(float32) does, natively on every
-target this CPU runs and in the interpreter; an integer statement reading a float is refused."""
+x86 target this CPU runs and in the interpreter (AArch64 refuses them, naming the read); an
+integer statement reading a float is refused."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from loopstack.backend import compile
 from loopstack.backend.interp import InterpKernel
-from loopstack.errors import DTypeError
+from loopstack.errors import DTypeError, UnsupportedError
 from loopstack.isa import cpu
 from loopstack.looptree.builders import access, make_tree, nest
 from loopstack.looptree.ir import Binary, Buffer, Compute, Load
@@ -80,3 +81,10 @@ def test_an_integer_statement_reading_a_float_is_refused():
     tree = make_tree(bufs, {"i": 8}, nest([("i", 1)], Compute("Y", access("Y", "i"), Load(access("A", "i")))))
     with pytest.raises(DTypeError, match="reads %A.*float32.*integer statement reads integers"):
         verify(tree)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int32"])
+def test_aarch64_refuses_integer_reads_in_float_statements(dtype):
+    """No conversion there yet: a clear error, not float bits of integers."""
+    with pytest.raises(UnsupportedError, match=f"does not convert {dtype} reads into a float statement"):
+        compile(scaled_tree(dtype, 2, 9, "elementwise"), target="neon")
