@@ -189,12 +189,17 @@ NARROW_INTEGERS = frozenset({"int16", "int8", "uint8"})
 
 def _integer_statement(tree: LoopTree, stmt: Compute) -> bool:
     """An integer statement with nothing but element-wise vector operations: 8-bit and int32
-    buffers (and a requantization's float32 scale), a plain assignment or a sum into int32 lanes
-    (a depthwise convolution's taps), no post-operation."""
-    if stmt.reduce not in (None, "add") or stmt.post is not None:
+    buffers (and a requantization's float32 scale), a plain assignment, or a sum, max or min into
+    int32 lanes (a depthwise convolution's taps, a quantized max pool's window), no post-operation."""
+    if stmt.reduce not in (None, "add", "max", "min") or stmt.post is not None:
         return False
     if stmt.reduce is not None and not (stmt.init == "identity" or isinstance(stmt.init, (Load, Const))):
-        return False
+        # a max or min that continues from its output (its init stored apart): exact where every
+        # value it reads is of the output's type, so that each partial result is one too
+        out_dt = tree.buffer(stmt.out.buffer).dtype
+        if not (stmt.init is None and stmt.reduce in ("max", "min")
+                and all(tree.buffer(b).dtype == out_dt for b in _buffers_of(stmt))):
+            return False
     scale = {a.buffer for a in expr_loads(stmt.requant.scale)} if stmt.requant is not None else set()
     if any(tree.buffer(b).dtype not in INTEGER_DTYPES for b in _buffers_of(stmt) - scale):
         return False

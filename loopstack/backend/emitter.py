@@ -137,6 +137,13 @@ class Emitter:
             self._kinds[key] = kind
         return kind
 
+    def output_kind(self, dtype: str, shape: Shape) -> str:
+        """How a statement reads back its output as the accumulator: 8-bit and 16-bit integers
+        widened to int32 lanes, like any read of them."""
+        if not shape.vector:
+            return "scalar"
+        return "widen" if dtype in NARROW_INTEGERS else "vec"
+
     def _load_form(self, access: Access, shape: Shape) -> tuple:
         """(pointer number, constant bytes, coefficients, kind, lanes, dtype, buffer) of a load of
         `access` as `shape`, once per both (keyed by identity: `_bases` keeps the access alive)."""
@@ -154,8 +161,9 @@ class Emitter:
         for name, c in coeffs:
             disp += c * static.get(name, 0)
         # the buffer's version changes with every store to it, so a load after a store
-        # never hits the cache entry of the value before it
-        return (num, disp, kind, lanes, dtype, self.versions.get(buffer, 0))
+        # never hits the cache entry of the value before it; an integer read by a float statement
+        # is held converted, so the statement's kind is part of the key
+        return (num, disp, kind, lanes, dtype, self.versions.get(buffer, 0), self.int)
 
     def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
         """The value of a read; a cached register, a memory operand, or a fresh register."""

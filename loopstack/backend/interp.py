@@ -36,7 +36,7 @@ import numpy as np
 from ..dtypes import DTYPES
 from ..looptree import stats
 from ..looptree.ir import (
-    REDUCE_IDENTITY, Acc, Access, Binary, Compute, Const, Dot, Load, Loop, LoopTree, Unary,
+    Acc, Access, Binary, Compute, Const, Dot, Load, Loop, LoopTree, Unary, reduce_identity,
 )
 from .kernel_base import KernelBase
 
@@ -120,11 +120,7 @@ class _Stmt:
         # a plain assignment repeated over dimensions its output ignores: last write wins
         self.dedupe = comp.reduce is None and any(lp.dim not in stats.output_dims(stack, comp) for lp in stack)
         if comp.reduce is not None:
-            if self.is_int:
-                info = np.iinfo(self.store)
-                self.identity = {"add": 0, "mul": 1, "max": info.min, "min": info.max}[comp.reduce]
-            else:
-                self.identity = REDUCE_IDENTITY[comp.reduce]
+            self.identity = reduce_identity(comp.reduce, self.store.name)
 
 
 class _PyLoop:

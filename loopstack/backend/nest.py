@@ -673,7 +673,7 @@ class SegmentCompiler:
     def _load_out(self, reg, stmt, static, shape):
         em = self.em
         dtype = self.tree.buffer(stmt.out.buffer).dtype
-        em.load_into(reg, em.address(stmt.out, static), "vec" if shape.vector else "scalar", shape, dtype)
+        em.load_into(reg, em.address(stmt.out, static), em.output_kind(dtype, shape), shape, dtype)
 
     def _finish_accumulator(self, reg, stmt, static, shape, along, fused):
         em = self.em
@@ -773,8 +773,8 @@ class SegmentCompiler:
             em.copy(reg, val.reg, shape)
             em.free(val)
         else:
-            em.load_into(reg, em.address(stmt.out, static), "vec" if shape.vector else "scalar", shape,
-                         self.tree.buffer(stmt.out.buffer).dtype)
+            dtype = self.tree.buffer(stmt.out.buffer).dtype
+            em.load_into(reg, em.address(stmt.out, static), em.output_kind(dtype, shape), shape, dtype)
         em.regs.pinned.add(reg)
         em.accumulate(reg, stmt, static, shape, blend=False)
         if stmt.post is not None:

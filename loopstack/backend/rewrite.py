@@ -15,12 +15,17 @@ split_init_post
                                      for m: %C[m] = relu(%C[m])
     Only where no loop that keeps the output block in registers encloses every
     reduction loop: there, init and post are fused into the block's load and store.
+    A requantized sum cannot continue from its 8-bit output: it is summed into an int32
+    temp of the output's shape, and requantized into the output where it is complete:
+                                     for m: %Y_sum[m] = %bias[m]
+                                     for k: for m: %Y_sum[m] += ...
+                                     for m: %Y[m] = requant(relu(%Y_sum[m]))
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Load, Loop, LoopTree, substitute_acc
+from ..looptree.ir import Access, Buffer, Compute, Const, Load, Loop, LoopTree, reduce_identity, substitute_acc
 from .analysis import block_footprint, indexes_output, perfect_statement, reads_output, reduction_loops, vector_plan
 from .padding import split_padded_nests, stage_padded_reads
 
@@ -51,9 +56,10 @@ def init_post_fusable(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute,
     return False
 
 
-def _init_expr(stmt: Compute):
+def _init_expr(tree: LoopTree, stmt: Compute):
+    """The init as a statement of its own: it stores the identity, so as a value of the output's type."""
     if stmt.init == "identity":
-        return Const(REDUCE_IDENTITY[stmt.reduce])
+        return Const(reduce_identity(stmt.reduce, tree.buffer(stmt.out.buffer).dtype))
     return stmt.init
 
 
@@ -65,6 +71,19 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
     statement. Other statements in the loop are untouched."""
     counter = [0]
     plans: dict[int, object] = {}       # id(loop) -> its vector plan: the pass asks per enclosing loop
+    sums: list[Buffer] = []             # the int32 temps of requantized sums
+    taken = {b.name for b in tree.buffers}
+
+    def int32_sum(stmt: Compute) -> Access:
+        """The int32 temp a requantized statement sums into, indexed as its output."""
+        out = tree.buffer(stmt.out.buffer)
+        name, i = f"{out.name}_sum", 0
+        while name in taken:
+            i += 1
+            name = f"{out.name}_sum{i}"
+        taken.add(name)
+        sums.append(Buffer(name, "int32", out.shape, "temp"))
+        return replace(stmt.out, buffer=name, zero_pad=False)
 
     def plan_once(t: LoopTree, lp: Loop):
         key = id(lp)
@@ -95,12 +114,17 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
             pre, post = [], []
             for st, stmt in todo:
                 inner_out = [lp for lp in st[len(stack):] if indexes_output(stmt, lp)]
+                acc = int32_sum(stmt) if stmt.requant is not None else stmt.out
                 if stmt.init is not None:
-                    pre.append(_nest(inner_out, Compute(f"{stmt.name}_init", stmt.out, _init_expr(stmt)), counter))
-                if stmt.post is not None:
+                    pre.append(_nest(inner_out, Compute(f"{stmt.name}_init", acc, _init_expr(tree, stmt)), counter))
+                if stmt.requant is not None:
+                    value = Load(acc) if stmt.post is None else substitute_acc(stmt.post, Load(acc))
+                    post.append(_nest(inner_out, Compute(f"{stmt.name}_requant", stmt.out, value,
+                                                         requant=stmt.requant), counter))
+                elif stmt.post is not None:
                     post.append(_nest(inner_out, Compute(
                         f"{stmt.name}_post", stmt.out, substitute_acc(stmt.post, Load(stmt.out))), counter))
-                new = _replace_statement(new, stmt, replace(stmt, init=None, post=None))
+                new = _replace_statement(new, stmt, replace(stmt, out=acc, init=None, post=None, requant=None))
             out.extend(pre)
             out.append(new)
             out.extend(post)
@@ -109,7 +133,7 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
     body = rebuild(tree.body, ())
     if len(body) == len(tree.body) and all(a is b for a, b in zip(body, tree.body)):
         return tree
-    return LoopTree(tree.buffers, tree.dims, tuple(body))
+    return LoopTree(tree.buffers + tuple(sums), tree.dims, tuple(body))
 
 
 def _outermost_reduction(stmt: Compute, stack) -> Loop | None:

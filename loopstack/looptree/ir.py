@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Union
 
+import numpy as np
+
 from ..dtypes import dtype as _dtype
 
 
@@ -67,6 +69,15 @@ ANNOTATIONS = ("unroll", "vectorize", "parallel")
 
 # identity element of each reduction, used by init="identity"
 REDUCE_IDENTITY = {"add": 0.0, "mul": 1.0, "max": float("-inf"), "min": float("inf")}
+
+
+def reduce_identity(reduce: str, dtype: str) -> float | int:
+    """The identity as a value of `dtype`: an integer max starts from the type's lowest value, not
+    from -inf (which clamps to int32's, and an int8 buffer would keep its low byte: 0)."""
+    if _dtype(dtype).is_float:
+        return REDUCE_IDENTITY[reduce]
+    info = np.iinfo(dtype)
+    return {"add": 0, "mul": 1, "max": int(info.min), "min": int(info.max)}[reduce]
 
 
 # ---------------------------------------------------------------------------

@@ -8,7 +8,8 @@ Checks, in order:
               known operator names, `Acc` only in `post`, init/post over output dims only,
               every referenced dimension iterated down to step 1, no writes to inputs,
               no zero_pad on writes.
-  dtypes      float-only unary ops (exp, log, ...) never in an integer statement.
+  dtypes      float-only unary ops (exp, log, ...) never in an integer statement, nor reads of
+              floats (but a requantization's scale); a float statement may read integers.
   bounds      every index of every access provably in [0, size) over the iteration domain
               (zero_pad reads excepted).  The proof is exact interval arithmetic on the
               decomposition dim = sum of its loops' offsets (see stats.chain_bounds), so it
@@ -169,6 +170,8 @@ def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: d
         _check_expr(comp.post, f"{st} (post)", allow_acc=True, is_int=is_int)
     if comp.requant is not None:
         _check_requant(comp, st, out, bufs)
+    if is_int:
+        _check_integer_reads(comp, st, bufs)
     if comp.tensorize:
         _check_tensorize_request(comp, st)
 
@@ -220,6 +223,20 @@ def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: d
         if acc.buffer not in bufs:
             raise SymbolError(f"{st} reads unknown buffer {acc.buffer}")
         _check_access(tree, stack, st, "reads", acc, bufs)
+
+
+def _check_integer_reads(comp: Compute, st: str, bufs: dict) -> None:
+    """An integer statement reads integers: how a float would become one (truncate? round?
+    saturate?) is no part of its meaning. Only a requantization's scale is a float."""
+    for e in (comp.expr, comp.init, comp.post):
+        if e is None or isinstance(e, (str, Dot)):
+            continue
+        for acc in _loads(e):
+            b = bufs.get(acc.buffer)
+            if b is not None and DTYPES[b.dtype].is_float:
+                raise DTypeError(f"{st} computes in {bufs[comp.out.buffer].dtype} but reads {acc}, which is"
+                                 f" {b.dtype}; an integer statement reads integers only (a float value is"
+                                 " converted by a requantization, or by a float statement)")
 
 
 def _check_dot(comp: Compute, st: str, out, bufs: dict) -> None:

@@ -93,18 +93,20 @@ def test_rewritten_convolutions_are_exact(C, H, K_blocks, R, stride, padding, di
 def test_the_rewrite_says_what_it_did():
     tree = retype(matmul_tree(4, 16, 10), {"A": "int8", "B": "int8", "C": "int32"})
     rw = tensorize(tree, instruction("vpdpbusd.zmm.bcst_a"))
-    assert rw.steps == ("split n by 16", "split k by 4", "pad k from 10 to 12 with zeros",
+    assert rw.steps == ("split n by 16", "split k by 4", "pad k from 10 to 12 with zeros, as k_pad",
                         "pack %B as [n/16][k/4][16][4]", "copy %A with k innermost, shifted by 128 to uint8",
                         "compensate: init -= 128 * sum of %B over the reduction",
                         "vpdpbusd (vpdpbusd.zmm.bcst_a): 4 products per lane, 16 lanes")
-    assert rw.match.loops["i"].dim == "n" and rw.match.loops["j"].dim == "k"
+    # the padded reduction is a dimension of its own; k keeps its size for the rest of the tree
+    assert rw.match.loops["i"].dim == "n" and rw.match.loops["j"].dim == "k_pad"
+    assert rw.tree.dim_size("k") == 10 and rw.tree.dim_size("k_pad") == 12
 
 
 @pytest.mark.parametrize("a_dt", ["uint8", "int8"])
 def test_the_pairs_path_widens_both_operands_and_needs_no_compensation(a_dt):
     tree = retype(matmul_tree(4, 16, 9), {"A": a_dt, "B": "int8", "C": "int32"})
     rw = tensorize(tree, instruction("avx2.dot.s16.bcst_a"))
-    assert rw.steps == ("split n by 8", "split k by 2", "pad k from 9 to 10 with zeros",
+    assert rw.steps == ("split n by 8", "split k by 2", "pad k from 9 to 10 with zeros, as k_pad",
                         "pack %B as [n/8][k/2][8][2], widened to int16", "copy %A with k innermost, widened to int16",
                         "vpmaddwd (avx2.dot.s16.bcst_a): 2 products per lane, 8 lanes")
     assert {b.dtype for b in rw.tree.buffers if b.kind == "temp"} == {"int16"}

@@ -148,6 +148,9 @@ class A64Emitter(Emitter):
 
     def load_into(self, reg: int, m, kind: str, shape: Shape, dtype: str) -> None:
         if dtype in integer.INT_DTYPES:
+            if not self.int:        # its int32 lanes would be read as float bits
+                raise UnsupportedError(f"the AArch64 backend does not convert {dtype} reads into a float statement"
+                                       " (x86 does; here, convert the integers in a statement of their own)")
             integer.load_into(self, reg, m, kind, shape, dtype)
             return
         a = self.asm

@@ -61,6 +61,14 @@ def _alone(acc: Access, dim: str) -> bool:
     return [_single_dim(ix) for ix in acc.index if dim in ix.names()] == [dim]
 
 
+def _renamed(acc: Access, old: str, new: str) -> Access:
+    """`acc` with dimension `old` read as `new`."""
+    if old == new:
+        return acc
+    return Access(acc.buffer, tuple(Affine.of(*((new if n == old else n, c) for n, c in ix.terms), const=ix.const)
+                                    for ix in acc.index), acc.zero_pad)
+
+
 def _scaled(ix: Affine, coeff: int) -> list[tuple[str, int]]:
     return [(n, c * coeff) for n, c in ix.terms]
 
@@ -147,9 +155,7 @@ def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
     Kp = -(-sizes[r] // K) * K
     steps = [f"split {lane} by {L}", f"split {r} by {K}"]
     pad = Kp != sizes[r]
-    if pad:
-        steps.append(f"pad {r} from {sizes[r]} to {Kp} with zeros")
-    dims = {**sizes, r: Kp}
+    dims = dict(sizes)
     buffers = list(tree.buffers)
     names = {b.name for b in buffers} | set(dims) | set(avoid)
 
@@ -160,6 +166,14 @@ def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
             n = f"{base}{i}"
         names.add(n)
         return n
+
+    # the padded reduction is a dimension of its own: `r` keeps its size for the tree's other
+    # statements (one that also sums over r must not sum over the padding)
+    r_pad = r
+    if pad:
+        r_pad = fresh(f"{r}_pad")
+        dims[r_pad] = Kp
+        steps.append(f"pad {r} from {sizes[r]} to {Kp} with zeros, as {r_pad}")
 
     def loops_of(order, body, tag):
         vs = [fresh(f"{d}_{tag}") for d, _ in order]
@@ -189,11 +203,11 @@ def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
 
     other_dims = [n for p in others for n in vec.index[p].names() if n in dims]
     other_dims = list(dict.fromkeys(other_dims))
-    pack_order = [(lane, L)] + [(d, 1) for d in other_dims] + [(r, K), (lane, 1), (r, 1)]
+    pack_order = [(lane, L)] + [(d, 1) for d in other_dims] + [(r_pad, K), (lane, 1), (r_pad, 1)]
     pack_vars = [fresh(f"{d}_p") for d, _ in pack_order]
     lo, *_, ro, li, ri = pack_vars
     pack_stmt = Compute(fresh("pack"), packed_index(["@" + lo], "@" + li, ["@" + ro], "@" + ri),
-                        Load(replace(vec, zero_pad=vec.zero_pad or pad)))
+                        Load(replace(_renamed(vec, r, r_pad), zero_pad=vec.zero_pad or pad)))
     body = [nest(pack_order, pack_stmt, names=pack_vars)]
     steps.append(f"pack %{vec.buffer} as [{lane}/{L}]{''.join(f'[{vbuf.shape[p]}]' for p in others)}"
                  f"[{r}/{K}][{L}][{K}]" + (f", widened to {packed_dtype}" if widen else ""))
@@ -230,6 +244,7 @@ def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
                      + (f", shifted by {compensate} to {staged_dtype}" if compensate else "")
                      + (f", widened to {staged_dtype}" if widen else "")
                      + (", its zero border materialised" if bc.zero_pad else ""))
+    new_bc = _renamed(new_bc, r, r_pad)
 
     # -- compensation: init -= 128 * sum over the reduction of the weights ---------------------
     init = stmt.init
@@ -249,6 +264,8 @@ def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
     rows_dim = next((n for ix in reversed(stmt.out.index) for n in ix.names() if n in out_others and sizes[n] > 1), None)
     if callable(outer):                 # the schedule's own loops, given the lanes and the reduction
         outer = outer(lane, r, instr)
+    if outer is not None and pad:       # the schedule's loops over r sweep the padded dimension
+        outer = [(r_pad, *e[1:]) if e[0] == r else e for e in outer]
     if outer is None and block is not None and rows_dim is not None:
         rows, panels = block[:2]
         # rows of exactly 7 (a 7x7 convolution output) take one 7-row block, not 6 and a tail of
@@ -257,16 +274,16 @@ def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
         if len(block) > 2 and rows >= 6 and sizes[rows_dim] == 7 and 7 * panels <= block[2]:
             rows = 7
         outer = ([(d, 1) for d in out_others if d != rows_dim] + [(lane, L * panels), (rows_dim, rows)]
-                 + [(d, 1) for d in red_dims if d != r] + [(r, K), (rows_dim, 1), (lane, L)])
+                 + [(d, 1) for d in red_dims if d != r] + [(r_pad, K), (rows_dim, 1), (lane, L)])
     elif outer is None:
-        outer = [(d, 1) for d in out_others] + [(lane, L)] + [(d, 1) for d in red_dims if d != r] + [(r, K)]
-    order = list(outer) + [(lane, 1), (r, 1)]
+        outer = [(d, 1) for d in out_others] + [(lane, L)] + [(d, 1) for d in red_dims if d != r] + [(r_pad, K)]
+    order = list(outer) + [(lane, 1), (r_pad, 1)]
     vars_ = [fresh(f"{d[0]}{i}") for i, d in enumerate(order)]
     var_of = dict(zip(vars_, order))
     # every loop over the lanes (the reduction) above the innermost one steps by whole vectors
     # (k-groups): the packed element is the sum of their offsets' contributions
     lane_outer = [v for v, e in list(var_of.items())[:-2] if e[0] == lane]
-    r_outer = [v for v, e in list(var_of.items())[:-2] if e[0] == r]
+    r_outer = [v for v, e in list(var_of.items())[:-2] if e[0] == r_pad]
     for v in lane_outer + r_outer:
         unit = L if var_of[v][0] == lane else K
         if var_of[v][1] % unit:
@@ -315,7 +332,7 @@ def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
             for n, c in ix.terms:
                 if n == "@" + r_i:
                     continue
-                if n == r:                  # r = the outer reduction loops' offsets
+                if n == r_pad:              # r_pad = the outer reduction loops' offsets
                     for v in r_outer:
                         yield "@" + v, c
                 elif n == "@" + lane_i:     # the lane loop's offset = lane - the outer ones'

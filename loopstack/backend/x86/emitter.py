@@ -64,6 +64,8 @@ class X86Emitter(Emitter):
 
     def memory_operand(self, m, kind: str, shape: Shape, dtype: str):
         if dtype in NARROW_INTEGERS:            # a Dot operand: whole vectors, or a 4-byte group
+            if not self.int:                    # a float statement converts it first
+                return None
             if kind == "vec" and not shape.masked:
                 return m
             return m.bcst(32) if kind == "bcast" and self.avx512 else None
@@ -147,7 +149,10 @@ class X86Emitter(Emitter):
     def load_into(self, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None:
         a = self.asm
         if dtype in integer.INT_DTYPES:
-            integer.load_into(self, reg, m, kind, shape, dtype)
+            if self.int:
+                integer.load_into(self, reg, m, kind, shape, dtype)
+            else:
+                integer.load_as_float(self, reg, m, kind, shape, dtype)
             return
         if dtype == "float16":
             x = vreg(reg, 128)

@@ -95,6 +95,18 @@ def load_into(em, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None
     a.emit(vec_move(em), r, m.with_bits(em.bits))      # int32 lanes, or a Dot operand's bytes
 
 
+def load_as_float(em, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None:
+    """An integer read of a float32 statement: its int32 value(s), converted exactly as numpy's
+    astype(float32) does (vcvtdq2ps rounds an int32 beyond 2**24 to nearest even)."""
+    r = em.v(reg, shape)
+    if kind == "bcast" and dtype != "int32":      # one narrow element, not four bytes' worth
+        load_into(em, reg, m, "scalar", shape, dtype)
+        em.asm.emit("vpbroadcastd", r, vreg(reg, 128))
+    else:
+        load_into(em, reg, m, kind, shape, dtype)
+    em.asm.emit("vcvtdq2ps", r, r)
+
+
 def store(em, reg: int, m: Mem, dtype: str, shape: Shape) -> None:
     a = em.asm
     if not shape.vector:
