@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 import time
+import weakref
 from functools import partial
 from operator import is_
 
@@ -174,6 +176,19 @@ def check_parallel(tree: LoopTree) -> set[str]:
     return private
 
 
+_LIVE: "weakref.WeakSet[NativeKernel]" = weakref.WeakSet()
+
+
+def _unlock_after_fork() -> None:
+    """A forked child has only the forking thread: a call another thread was making holds a
+    lock nobody will release."""
+    for kernel in list(_LIVE):
+        kernel._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_after_fork)
+
+
 class NativeKernel(KernelBase):
     """Machine code for a loop tree, callable on numpy arrays (on a host that runs its target)."""
 
@@ -191,6 +206,8 @@ class NativeKernel(KernelBase):
         self._shared = {t.name: allocate_storage(t) for t in lowered.temps if t.name not in private}
         self._per_thread: list[dict[str, np.ndarray]] = []
         self._bound: tuple = _UNBOUND    # the arrays of the last call
+        self._lock = threading.Lock()
+        _LIVE.add(self)
         self._run = None
         # per segment: (function, iterations, parallel?) — fixed at compile time, so a call
         # only looks up its arguments' pointer block and calls; the first `once` pack constants
@@ -246,16 +263,20 @@ class NativeKernel(KernelBase):
         return pointer_array(bufs, [b.kind != "input" for b in params], [b.name for b in params])
 
     def __call__(self, *arrays: np.ndarray) -> None:
-        bound = self._bound
-        if len(arrays) != len(bound) or not all(map(is_, arrays, bound)):
-            self._bind(arrays, checked=False)
-        self._run()
+        # one call at a time: the bound call, its pointer blocks and the temps are the kernel's
+        # own, and compile() hands one kernel to every caller of a program, on any thread
+        with self._lock:
+            bound = self._bound
+            if len(arrays) != len(bound) or not all(map(is_, arrays, bound)):
+                self._bind(arrays, checked=False)
+            self._run()
 
     def _execute(self, arrays, checked: bool = True) -> None:
-        bound = self._bound
-        if len(arrays) != len(bound) or not all(map(is_, arrays, bound)):
-            self._bind(arrays, checked)
-        self._run()
+        with self._lock:
+            bound = self._bound
+            if len(arrays) != len(bound) or not all(map(is_, arrays, bound)):
+                self._bind(arrays, checked)
+            self._run()
 
     def close(self) -> None:
         """Unmap the kernel's code now (idempotent); calling it afterwards raises LoopstackError."""
