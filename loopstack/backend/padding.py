@@ -263,13 +263,7 @@ def _restrict(tree: LoopTree, node: Loop, region: list[_Range], dims: dict[str, 
     if len(kept) == 1:
         return kept[0]
     inner = {out.dim: min(out.step, dims[out.dim])}
-    return _with_body(out, _drop_single_iterations(out.body, restricted, dims, inner))
-
-
-def _with_body(lp: Loop, body: tuple) -> Loop:
-    """`lp` with another body (dataclasses.replace, without its per-field checks: these passes
-    rebuild every loop of a nest)."""
-    return Loop(lp.var, lp.dim, lp.step, body, lp.annotations)
+    return out.with_body(_drop_single_iterations(out.body, restricted, dims, inner))
 
 
 class _NameTaken(Exception):
@@ -297,7 +291,7 @@ def _drop_single_iterations(nodes, restricted: set[str], sizes: dict[str, int], 
         if n.dim in restricted and rng <= n.step and not n.annotations and _iterated_below(body, n.dim):
             out.extend(body)
         else:
-            out.append(_with_body(n, body))
+            out.append(n.with_body(body))
     return tuple(out)
 
 
@@ -411,7 +405,7 @@ def stage_padded_reads(tree: LoopTree) -> LoopTree:
 
     def fix(node, top):
         if isinstance(node, Loop):
-            return _with_body(node, tuple(fix(n, top) for n in node.body))
+            return node.with_body(tuple(fix(n, top) for n in node.body))
         return map_accesses(node, lambda a: stage(a, top) if a.zero_pad else a)
 
     written_in: dict[str, set[int]] = {}
