@@ -578,7 +578,8 @@ class SegmentCompiler:
             disp = em.displacement(stmt.out, static)
             if disp not in alt:
                 alt[disp] = em.regs.alloc()
-                em.load_const(alt[disp], REDUCE_IDENTITY[stmt.reduce], shape_of(shape.vector, self.width, self.width, None))
+                em.load_const(alt[disp], REDUCE_IDENTITY[stmt.reduce],
+                              shape_of(shape.vector, self.width, self.width, None))
         return alt
 
     def _combine_sets(self, stmt: Compute, keys, accs: dict[int, int], alt: dict[int, int]) -> None:
@@ -720,8 +721,11 @@ class SegmentCompiler:
             if ins.acc is None:      # block accumulators are stored after the region
                 versions = dict(versions)
                 versions[ins.stmt.out.buffer] = versions.get(ins.stmt.out.buffer, 0) + 1
+        stmt = None
         for ins, (em.versions, em.instance_keys) in zip(todo, snapshots):
-            em.begin(ins.stmt)
+            if ins.stmt is not stmt:       # an unrolled run is instances of one statement
+                stmt = ins.stmt
+                em.begin(stmt)
             if ins.acc is not None:
                 em.accumulate(ins.acc, ins.stmt, ins.static, ins.shape, ins.blend)
             else:

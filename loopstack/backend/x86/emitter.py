@@ -11,7 +11,8 @@ from __future__ import annotations
 import struct
 
 from ...errors import UnsupportedError
-from ...isa.x86.operands import GPR64, K, Gpr, Mem, Vec, eax, rax, rbp, rbx, rdi, rdx, rsi, rsp, r12, r13, r14, r15
+from ...isa.x86.operands import (GPR64, K, XMM, YMM, ZMM, Gpr, Mem, Vec, eax, rax, rbp, rbx, rdi, rdx, rsi, rsp,
+                                 r12, r13, r14, r15)
 from ...looptree.ir import REDUCE_IDENTITY, Access, LoopTree
 from ..emitter import Emitter
 from ..values import Shape, Val
@@ -53,6 +54,7 @@ class X86Emitter(Emitter):
         super().__init__(asm, target, tree, pointers)
         self.avx512 = target.vector_bits == 512
         self.bits = target.vector_bits
+        self._full = {128: XMM, 256: YMM, 512: ZMM}[self.bits]     # the registers of a full vector
         self._consts: dict[tuple, Mem] = {}
         self._masks: dict[int, object] = {}     # lanes -> AVX-512 opmask register set up for them
         # per open runtime loop, the opmask registers set up before it that its body still reads:
@@ -77,7 +79,8 @@ class X86Emitter(Emitter):
 
     # -- registers and operands ------------------------------------------------
     def v(self, num: int, shape: Shape) -> Vec:
-        return vreg(num, self.bits if shape.vector else 128)
+        # vreg(num, bits), looked up here: every operand of every instruction asks
+        return (self._full if shape.vector else XMM)[num]
 
     def suffix(self, shape: Shape) -> str:
         return "ps" if shape.vector else "ss"
