@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ..errors import ScheduleError, UnsupportedError
 from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Dot, Load, Loop, LoopTree, loop_var, statements
 from .analysis import (
-    VectorPlan, block_footprint, byte_map, chain_below, indexes_output, loop_delta, perfect_statement,
+    VectorPlan, block_footprint, chain_below, indexes_output, loop_delta, perfect_statement,
     reads_output, reduction_loops, subtree_size, trips, uses_heavy_math,
 )
 from .emitter import Emitter
@@ -210,7 +210,7 @@ class SegmentCompiler:
         seen: dict[tuple, None] = {}
         for s in statements(self.node):
             for acc in (s.out, *s.reads()):
-                seen.setdefault(byte_map(self.tree, acc).stream, None)
+                seen.setdefault(self.em.bytemap(acc).stream, None)
         return list(seen)
 
     # -- walking -------------------------------------------------------------------
