@@ -176,7 +176,7 @@ class Emitter:
                 del regs.cache[key]
                 return Val(reg=reg, owned=True)
             return Val(reg=reg, key=key)
-        m = self.memory(self._base(access)[1], key[1])
+        m = self.memory(self._bases[id(access)][1], key[1])     # its key made its _base
         kind, dtype = key[2], key[4]
         # a value used again is kept in a register, unless every cached value is needed before
         # it: then it is read as a memory operand each time instead (in a block whose columns

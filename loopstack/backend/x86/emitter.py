@@ -354,7 +354,8 @@ class X86Emitter(Emitter):
         if self.int:
             integer.fma(self, acc, a, b, shape)
             return
-        self.asm.emit("vfmadd231" + self.suffix(shape), self.v(acc, shape), self.v(a, shape), self.operand(b, shape))
+        regs = self._full if shape.vector else XMM          # self.v, for the two registers
+        self.asm.emit("vfmadd231ps" if shape.vector else "vfmadd231ss", regs[acc], regs[a], self.operand(b, shape))
 
     def unary(self, op: str, d: int, x: int, shape: Shape) -> None:
         if self.int:
