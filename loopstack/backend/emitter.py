@@ -142,19 +142,20 @@ class Emitter:
         return kind
 
     def _load_form(self, access: Access, shape: Shape) -> tuple:
-        """(pointer number, the access's _base, kind, lanes, dtype, buffer) of a load of
-        `access` as `shape`, once per both (keyed by identity: `_bases` keeps the access alive)."""
-        form_key = (id(access), shape.vector, shape.lanes, shape.dim)
-        form = self._forms.get(form_key)
-        if form is None:
-            base = self._base(access)
-            kind = self.load_kind(access, shape)
-            lanes = shape.lanes if kind in ("vec", "widen") else 0
-            form = self._forms[form_key] = (base[1].num, base, kind, lanes, base[4], access.buffer)
+        """(pointer number, the access's _base, kind, lanes, dtype, buffer, shape) of a load of
+        `access` as `shape`, made once per both by load_key. Keyed by identity (the walk makes a
+        shape once per value, values.shape_of): `_bases` keeps the access alive, the entry the shape."""
+        base = self._base(access)
+        kind = self.load_kind(access, shape)
+        lanes = shape.lanes if kind in ("vec", "widen") else 0
+        form = self._forms[(id(access), id(shape))] = (base[1].num, base, kind, lanes, base[4], access.buffer, shape)
         return form
 
     def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
-        num, base, kind, lanes, dtype, buffer = self._load_form(access, shape)
+        form = self._forms.get((id(access), id(shape)))
+        if form is None:
+            form = self._load_form(access, shape)
+        num, base, kind, lanes, dtype, buffer, _ = form
         # the buffer's version changes with every store to it, so a load after a store
         # never hits the cache entry of the value before it
         return (num, base[2] + sum(map(mul, base[6], map(static.get, base[5], base[7]))), kind, lanes, dtype,
