@@ -111,7 +111,7 @@ class Ctx:
                    self.budget)
 
 
-@dataclass
+@dataclass(slots=True)
 class Instance:
     stmt: Compute
     static: dict[str, int]

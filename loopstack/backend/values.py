@@ -34,7 +34,7 @@ class Shape:
 shape_of = functools.lru_cache(maxsize=1024)(Shape)
 
 
-@dataclass
+@dataclass(slots=True)
 class Val:
     reg: int | None = None      # register number, or None for a memory operand
     mem: object | None = None   # the instruction set's memory operand (where instructions take one)
