@@ -146,13 +146,13 @@ def _map_tree(node, f, touches=None):
     body = tuple(_map_tree(n, f, touches) for n in node.body)
     if all(new is old for new, old in zip(body, node.body)):
         return node                       # nothing below changed: share the subtree
-    return replace(node, body=body)
+    return node.with_body(body)
 
 
 def _rename(node, names: dict[str, str]):
     def f(a: Access) -> Access:
-        return replace(a, index=tuple(Affine(tuple((names.get(n, n), c) for n, c in ix.terms), ix.const)
-                                      for ix in a.index))
+        return Access(a.buffer, tuple(Affine(tuple((names.get(n, n), c) for n, c in ix.terms), ix.const)
+                                      for ix in a.index), a.zero_pad)
     return _map_tree(node, f)
 
 
@@ -162,7 +162,7 @@ def _widen_accesses(node, name: str, offsets: list[str]):
     lead = tuple(Affine.of(o) for o in offsets)
 
     def f(a: Access) -> Access:
-        return replace(a, index=lead + a.index) if a.buffer == name else a
+        return Access(a.buffer, lead + a.index, a.zero_pad) if a.buffer == name else a
     return _map_tree(node, f, lambda s: any(a.buffer == name for a in (s.out, *s.reads())))
 
 
@@ -174,6 +174,6 @@ def _without(nodes: tuple, gone) -> tuple:
         if isinstance(n, Loop):
             body = _without(n.body, gone)
             if len(body) != len(n.body) or any(new is not old for new, old in zip(body, n.body)):
-                n = replace(n, body=body)
+                n = n.with_body(body)
         out.append(n)
     return tuple(out)

@@ -16,6 +16,7 @@ function's frame, loop counters, branches and pointer updates that the nest walk
 from __future__ import annotations
 
 import functools
+from operator import mul
 
 from ..dtypes import DTYPES
 from ..errors import UnsupportedError
@@ -96,19 +97,22 @@ class Emitter:
         return hit[1]
 
     def _base(self, access: Access) -> tuple:
-        """(access, pointer register, constant bytes, coefficients, dtype), once per access."""
+        """(access, pointer register, constant bytes, coefficients, dtype, their names, their
+        factors, as many zeros), once per access: see _displacement."""
         hit = self._bases.get(id(access))
         if hit is None:
             bm = self.bytemap(access)
+            names = tuple(name for name, _ in bm.coeffs)
             hit = self._bases[id(access)] = (access, self.pointers[bm.stream], bm.const, bm.coeffs,
-                                             self.tree.buffer(access.buffer).dtype)
+                                             self.tree.buffer(access.buffer).dtype, names,
+                                             tuple(c for _, c in bm.coeffs), (0,) * len(names))
         return hit
 
-    def _displacement(self, base: tuple, static: dict[str, int]) -> int:
-        disp = base[2]
-        for name, c in base[3]:
-            disp += c * static.get(name, 0)
-        return disp
+    @staticmethod
+    def _displacement(base: tuple, static: dict[str, int]) -> int:
+        # the sum of coefficient x offset over the access's loop terms (an offset absent from
+        # `static` is 0), in builtins: this runs for every load and store of every instance
+        return base[2] + sum(map(mul, base[6], map(static.get, base[5], base[7])))
 
     def displacement(self, access: Access, static: dict[str, int]) -> int:
         """Bytes from the access's pointer register to its element at `static`."""
@@ -145,25 +149,25 @@ class Emitter:
         return "widen" if dtype in NARROW_INTEGERS else "vec"
 
     def _load_form(self, access: Access, shape: Shape) -> tuple:
-        """(pointer number, constant bytes, coefficients, kind, lanes, dtype, buffer) of a load of
-        `access` as `shape`, once per both (keyed by identity: `_bases` keeps the access alive)."""
-        form_key = (id(access), shape.vector, shape.lanes, shape.dim)
-        form = self._forms.get(form_key)
-        if form is None:
-            base = self._base(access)
-            kind = self.load_kind(access, shape)
-            lanes = shape.lanes if kind in ("vec", "widen") else 0
-            form = self._forms[form_key] = (base[1].num, base[2], base[3], kind, lanes, base[4], access.buffer)
+        """(pointer number, the access's _base, kind, lanes, dtype, buffer, shape) of a load of
+        `access` as `shape`, made once per both by load_key. Keyed by identity (the walk makes a
+        shape once per value, values.shape_of): `_bases` keeps the access alive, the entry the shape."""
+        base = self._base(access)
+        kind = self.load_kind(access, shape)
+        lanes = shape.lanes if kind in ("vec", "widen") else 0
+        form = self._forms[(id(access), id(shape))] = (base[1].num, base, kind, lanes, base[4], access.buffer, shape)
         return form
 
     def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
-        num, disp, coeffs, kind, lanes, dtype, buffer = self._load_form(access, shape)
-        for name, c in coeffs:
-            disp += c * static.get(name, 0)
+        form = self._forms.get((id(access), id(shape)))
+        if form is None:
+            form = self._load_form(access, shape)
+        num, base, kind, lanes, dtype, buffer, _ = form
         # the buffer's version changes with every store to it, so a load after a store
         # never hits the cache entry of the value before it; an integer read by a float statement
         # is held converted, so the statement's kind is part of the key
-        return (num, disp, kind, lanes, dtype, self.versions.get(buffer, 0), self.int)
+        return (num, base[2] + sum(map(mul, base[6], map(static.get, base[5], base[7]))), kind, lanes, dtype,
+                self.versions.get(buffer, 0), self.int)
 
     def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
         """The value of a read; a cached register, a memory operand, or a fresh register."""
@@ -181,7 +185,7 @@ class Emitter:
                 del regs.cache[key]
                 return Val(reg=reg, owned=True)
             return Val(reg=reg, key=key)
-        m = self.memory(self._base(access)[1], key[1])
+        m = self.memory(self._bases[id(access)][1], key[1])     # its key made its _base
         kind, dtype = key[2], key[4]
         # a value used again is kept in a register, unless every cached value is needed before
         # it: then it is read as a memory operand each time instead (in a block whose columns

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from ..errors import ScheduleError, UnsupportedError
 from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Dot, Load, Loop, LoopTree, loop_var, statements
 from .analysis import (
-    VectorPlan, block_footprint, byte_map, chain_below, indexes_output, loop_delta, perfect_statement,
+    VectorPlan, block_footprint, chain_below, indexes_output, loop_delta, perfect_statement,
     reads_output, reduction_loops, subtree_size, trips, uses_heavy_math,
 )
 from .emitter import Emitter
 from .prefetch import LINE, prefetch_plans
 from .tensorize.registry import instruction
-from .values import Shape, Val
+from .values import Shape, Val, shape_of
 
 UNROLL_REDUCTION = 2   # iterations per trip of a register block's innermost reduction loop
 COUNTER_REGISTERS = 10  # registers left to loop counters before a prefetch pointer takes one
@@ -116,7 +116,7 @@ class Ctx:
                    self.budget)
 
 
-@dataclass
+@dataclass(slots=True)
 class Instance:
     stmt: Compute
     static: dict[str, int]
@@ -220,14 +220,14 @@ class SegmentCompiler:
         seen: dict[tuple, None] = {}
         for s in statements(self.node):
             for acc in (s.out, *s.reads()):
-                seen.setdefault(byte_map(self.tree, acc).stream, None)
+                seen.setdefault(self.em.bytemap(acc).stream, None)
         return list(seen)
 
     # -- walking -------------------------------------------------------------------
     def gen(self, nodes, ctx: Ctx) -> None:
         for node in nodes:
             if isinstance(node, Compute):
-                self.statement(node, ctx, Shape(False, 1, self.width, None))
+                self.statement(node, ctx, shape_of(False, 1, self.width, None))
             else:
                 self.loop(node, ctx)
 
@@ -473,9 +473,9 @@ class SegmentCompiler:
             for stmt in lp.body:
                 if lanes < w and not self.em.vector_tail(stmt):
                     for i in range(lanes):      # a tail the instruction set cannot mask: scalars
-                        self.statement(stmt, self._with_offset(c, lp, offset + i), Shape(False, 1, w, None))
+                        self.statement(stmt, self._with_offset(c, lp, offset + i), shape_of(False, 1, w, None))
                     continue
-                self.statement(stmt, c2, Shape(True, lanes, w, lp.dim), along_output=plan.along_output)
+                self.statement(stmt, c2, shape_of(True, lanes, w, lp.dim), along_output=plan.along_output)
 
         if unroll or full <= 1:
             for i in range(full):
@@ -523,8 +523,8 @@ class SegmentCompiler:
                 continue
             reg = em.regs.alloc()
             accs[disp] = reg
-            acc_shape = shape if along else Shape(True, self.width, self.width, plan.loop.dim)
-            self._init_accumulator(reg, stmt, static, acc_shape if along else Shape(False, 1, self.width, None),
+            acc_shape = shape if along else shape_of(True, self.width, self.width, plan.loop.dim)
+            self._init_accumulator(reg, stmt, static, acc_shape if along else shape_of(False, 1, self.width, None),
                                    along, fused)
         self._prefetch(root, stmt, ctx)
         inner, factor, sets = self._inner_reduction(chain, stmt, ctx, len(accs), along)
@@ -595,7 +595,8 @@ class SegmentCompiler:
             disp = em.displacement(stmt.out, static)
             if disp not in alt:
                 alt[disp] = em.regs.alloc()
-                em.load_const(alt[disp], REDUCE_IDENTITY[stmt.reduce], Shape(shape.vector, self.width, self.width, None))
+                em.load_const(alt[disp], REDUCE_IDENTITY[stmt.reduce],
+                              shape_of(shape.vector, self.width, self.width, None))
         return alt
 
     def _combine_sets(self, stmt: Compute, keys, accs: dict[int, int], alt: dict[int, int]) -> None:
@@ -605,7 +606,7 @@ class SegmentCompiler:
             reg = alt.pop(disp, None)
             if reg is None:
                 continue
-            full = Shape(shape.vector, self.width, self.width, None)
+            full = shape_of(shape.vector, self.width, self.width, None)
             em.arith(stmt.reduce, accs[disp], accs[disp], Val(reg=reg), full)
             em.regs.release(reg)
 
@@ -629,7 +630,7 @@ class SegmentCompiler:
 
         def rec(i, c: Ctx):
             if i == len(chain):
-                keys.append((c.static, Shape(False, 1, self.width, None)))
+                keys.append((c.static, shape_of(False, 1, self.width, None)))
                 return
             lp = chain[i]
             rng = c.ranges.get(lp.dim, self.tree.dim_size(lp.dim))
@@ -641,7 +642,7 @@ class SegmentCompiler:
             if plan is not None and lp is plan.loop and plan.along_output:
                 for off in range(0, rng, self.width):
                     c2 = self._with_offset(c, lp, off)
-                    keys.append((c2.static, Shape(True, min(self.width, rng - off), self.width, lp.dim)))
+                    keys.append((c2.static, shape_of(True, min(self.width, rng - off), self.width, lp.dim)))
                 return
             full, tail = trips(rng, lp.step)
             for it in range(full + (1 if tail else 0)):
@@ -651,13 +652,13 @@ class SegmentCompiler:
 
         rec(0, ctx)
         if plan is not None and not plan.along_output:
-            keys = [(s, Shape(True, self.width, self.width, plan.loop.dim)) for s, _ in keys]
+            keys = [(s, shape_of(True, self.width, self.width, plan.loop.dim)) for s, _ in keys]
         return keys
 
     def _init_accumulator(self, reg, stmt, static, shape, along, fused):
         em = self.em
         if not along:
-            em.load_const(reg, REDUCE_IDENTITY[stmt.reduce], Shape(True, self.width, self.width, None))
+            em.load_const(reg, REDUCE_IDENTITY[stmt.reduce], shape_of(True, self.width, self.width, None))
             return
         if fused and stmt.init is not None:
             init = Const(REDUCE_IDENTITY[stmt.reduce]) if stmt.init == "identity" else stmt.init
@@ -679,7 +680,7 @@ class SegmentCompiler:
         em = self.em
         if not along:
             em.hreduce(reg, stmt.reduce)
-            shape = Shape(False, 1, self.width, None)
+            shape = shape_of(False, 1, self.width, None)
             if not (fused and stmt.init == "identity"):
                 other = Load(stmt.out) if not fused or stmt.init is None else stmt.init
                 val = em.eval(other, static, shape, foldable=True)
@@ -737,8 +738,11 @@ class SegmentCompiler:
             if ins.acc is None:      # block accumulators are stored after the region
                 versions = dict(versions)
                 versions[ins.stmt.out.buffer] = versions.get(ins.stmt.out.buffer, 0) + 1
+        stmt = None
         for ins, (em.versions, em.instance_keys) in zip(todo, snapshots):
-            em.begin(ins.stmt)
+            if ins.stmt is not stmt:       # an unrolled run is instances of one statement
+                stmt = ins.stmt
+                em.begin(stmt)
             if ins.acc is not None:
                 em.accumulate(ins.acc, ins.stmt, ins.static, ins.shape, ins.blend)
             else:

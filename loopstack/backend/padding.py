@@ -25,7 +25,7 @@ convolution itself.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..dtypes import dtype as _dtype
 from ..errors import UnsupportedError
@@ -243,16 +243,16 @@ def _restrict(tree: LoopTree, node: Loop, region: list[_Range], dims: dict[str, 
         return Affine.of(*terms, const=const)
 
     def access(acc: Access) -> Access:
-        acc = replace(acc, index=tuple(index(ix) for ix in acc.index))
+        acc = Access(acc.buffer, tuple(index(ix) for ix in acc.index), acc.zero_pad)
         if acc.zero_pad and _inside_buffer(acc, tree.buffer(acc.buffer).shape, dims):
-            acc = replace(acc, zero_pad=False)      # a read of the interior
+            acc = Access(acc.buffer, acc.index, False)      # a read of the interior
         return acc
 
     def rec(n, enclosing: frozenset):
         if not isinstance(n, Loop):
             return map_accesses(n, access)
         dim = local.get(n.dim, n.dim)
-        loop = replace(n, var=f"{n.var}_{tag}", dim=dim, body=tuple(rec(b, enclosing | {dim}) for b in n.body))
+        loop = Loop(f"{n.var}_{tag}", dim, n.step, tuple(rec(b, enclosing | {dim}) for b in n.body), n.annotations)
         if dim in sides and dim not in enclosing:
             return Loop(f"{n.var}_{tag}_side", sides[dim], 1, (loop,))
         return loop
@@ -263,7 +263,7 @@ def _restrict(tree: LoopTree, node: Loop, region: list[_Range], dims: dict[str, 
     if len(kept) == 1:
         return kept[0]
     inner = {out.dim: min(out.step, dims[out.dim])}
-    return replace(out, body=_drop_single_iterations(out.body, restricted, dims, inner))
+    return out.with_body(_drop_single_iterations(out.body, restricted, dims, inner))
 
 
 class _NameTaken(Exception):
@@ -291,7 +291,7 @@ def _drop_single_iterations(nodes, restricted: set[str], sizes: dict[str, int], 
         if n.dim in restricted and rng <= n.step and not n.annotations and _iterated_below(body, n.dim):
             out.extend(body)
         else:
-            out.append(replace(n, body=body))
+            out.append(n.with_body(body))
     return tuple(out)
 
 
@@ -387,7 +387,7 @@ def stage_padded_reads(tree: LoopTree) -> LoopTree:
     def stage(access: Access, top: int) -> Access:
         buf = tree.buffer(access.buffer)
         if _inside_buffer(access, buf.shape, sizes):
-            return replace(access, zero_pad=False)
+            return Access(access.buffer, access.index, False)
         windows = _windows(access, sizes)
         key = (buf.name, windows)
         if key not in staged:
@@ -405,7 +405,7 @@ def stage_padded_reads(tree: LoopTree) -> LoopTree:
 
     def fix(node, top):
         if isinstance(node, Loop):
-            return replace(node, body=tuple(fix(n, top) for n in node.body))
+            return node.with_body(tuple(fix(n, top) for n in node.body))
         return map_accesses(node, lambda a: stage(a, top) if a.zero_pad else a)
 
     written_in: dict[str, set[int]] = {}

@@ -95,6 +95,19 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
         return (stmt.reduce is not None and (stmt.init is not None or stmt.post is not None)
                 and not init_post_fusable(tree, stack, stmt, lanes, max_acc, plan_once))
 
+    # id(loop) -> (enclosing loops, statement) of each statement whose outermost reduction loop
+    # it is, in program order: found in one walk, not per loop of the nest
+    outermost: dict[int, list] = {}
+
+    def index(nodes, stack):
+        for node in nodes:
+            if isinstance(node, Compute):
+                lp = _outermost_reduction(node, stack)
+                if lp is not None:
+                    outermost.setdefault(id(lp), []).append((stack, node))
+            else:
+                index(node.body, stack + (node,))
+
     def rebuild(nodes, stack):
         out = []
         for node in nodes:
@@ -102,12 +115,11 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
                 out.append(node)
                 continue
             here = stack + (node,)
-            todo = [(st, s) for st, s in _computes_under(node, here)
-                    if _outermost_reduction(s, st) is node and needs_split(st, s)]
+            todo = [(st, s) for st, s in outermost.get(id(node), ()) if needs_split(st, s)]
             body = rebuild(node.body, here)
             # an unchanged nest stays the same object (with the facts kept on it: ir._derived)
             same = len(body) == len(node.body) and all(a is b for a, b in zip(body, node.body))
-            new = node if same else replace(node, body=tuple(body))
+            new = node if same else node.with_body(tuple(body))
             if not todo:
                 out.append(new)
                 continue
@@ -130,6 +142,9 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
             out.extend(post)
         return out
 
+    index(tree.body, ())
+    if not outermost:
+        return tree
     body = rebuild(tree.body, ())
     if len(body) == len(tree.body) and all(a is b for a, b in zip(body, tree.body)):
         return tree
@@ -143,18 +158,10 @@ def _outermost_reduction(stmt: Compute, stack) -> Loop | None:
     return red[0] if red else None
 
 
-def _computes_under(node, stack):
-    if isinstance(node, Compute):
-        yield stack, node
-        return
-    for n in node.body:
-        yield from _computes_under(n, stack + (n,) if isinstance(n, Loop) else stack)
-
-
 def _replace_statement(node, old: Compute, new: Compute):
     if isinstance(node, Compute):
         return new if node is old else node
-    return replace(node, body=tuple(_replace_statement(n, old, new) for n in node.body))
+    return node.with_body(tuple(_replace_statement(n, old, new) for n in node.body))
 
 
 def _nest(loops, leaf: Compute, counter):

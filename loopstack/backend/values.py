@@ -9,6 +9,7 @@ instruction selection's own: it maps them to architectural registers.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..errors import LoopstackError
@@ -28,7 +29,12 @@ class Shape:
         return self.vector and self.lanes < self.width
 
 
-@dataclass
+# A Shape per (vector, lanes, width, dim), made once: the walk asks for one per statement
+# instance, and a frozen dataclass is slow to build (one object.__setattr__ per field)
+shape_of = functools.lru_cache(maxsize=1024)(Shape)
+
+
+@dataclass(slots=True)
 class Val:
     reg: int | None = None      # register number, or None for a memory operand
     mem: object | None = None   # the instruction set's memory operand (where instructions take one)

@@ -359,6 +359,11 @@ class Loop:
     body: tuple["Node", ...]
     annotations: frozenset[str] = field(default_factory=frozenset)
 
+    def with_body(self, body: tuple) -> "Loop":
+        """This loop over another body: dataclasses.replace without its per-field work (the
+        backend's passes rebuild the loops of every nest they change, on every compile)."""
+        return Loop(self.var, self.dim, self.step, body, self.annotations)
+
 
 Node = Union[Loop, Compute]
 

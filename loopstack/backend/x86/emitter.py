@@ -11,7 +11,8 @@ from __future__ import annotations
 import struct
 
 from ...errors import UnsupportedError
-from ...isa.x86.operands import GPR64, K, Gpr, Mem, Vec, eax, rax, rbp, rbx, rdi, rdx, rsi, rsp, r12, r13, r14, r15
+from ...isa.x86.operands import (GPR64, K, XMM, YMM, ZMM, Gpr, Mem, Vec, eax, rax, rbp, rbx, rdi, rdx, rsi, rsp,
+                                 r12, r13, r14, r15)
 from ...looptree.ir import REDUCE_IDENTITY, Access, LoopTree
 from ..analysis import NARROW_INTEGERS
 from ..emitter import Emitter
@@ -29,6 +30,22 @@ PREFETCH = "prefetcht0"  # into L1 (and L2): measured ahead of prefetchnta and p
 
 __all__ = ["ARITH", "Shape", "Val", "X86Emitter"]
 
+# Memory operands once per address, and per operand and size or broadcast (see X86Emitter.memory,
+# sized): the loads and stores of unrolled code name a few hundred addresses, over and over, and
+# every kernel names the same small displacements from the same pointer registers. Mems are
+# values, so sharing one is building it again. Keyed by identity (an entry holds the objects
+# whose ids it is keyed by, so no other object has them); shared by all kernels and bounded.
+_MEMS: dict[tuple, Mem] = {}
+_SIZED: dict[tuple, tuple] = {}
+_MEMS_LIMIT = 1 << 15
+
+
+def _keep(table: dict, key: tuple, value):
+    if len(table) >= _MEMS_LIMIT:
+        table.clear()
+    table[key] = value
+    return value
+
 
 class X86Emitter(Emitter):
     pointer_registers = ALLOCATABLE
@@ -38,6 +55,7 @@ class X86Emitter(Emitter):
         super().__init__(asm, target, tree, pointers)
         self.avx512 = target.vector_bits == 512
         self.bits = target.vector_bits
+        self._full = {128: XMM, 256: YMM, 512: ZMM}[self.bits]     # the registers of a full vector
         self._consts: dict[tuple, Mem] = {}
         self._masks: dict[int, object] = {}     # lanes -> AVX-512 opmask register set up for them
         # per open runtime loop, the opmask registers set up before it that its body still reads:
@@ -54,13 +72,25 @@ class X86Emitter(Emitter):
 
     # -- registers and operands ------------------------------------------------
     def v(self, num: int, shape: Shape) -> Vec:
-        return vreg(num, self.bits if shape.vector else 128)
+        # vreg(num, bits), looked up here: every operand of every instruction asks
+        return (self._full if shape.vector else XMM)[num]
 
     def suffix(self, shape: Shape) -> str:
         return "ps" if shape.vector else "ss"
 
     def memory(self, pointer, disp: int) -> Mem:
-        return Mem(pointer, disp=disp)
+        # keyed by the pointer's identity: the Mem kept holds it, so no other object has its id
+        m = _MEMS.get((id(pointer), disp))
+        if m is None:
+            m = _keep(_MEMS, (id(pointer), disp), Mem(pointer, disp=disp))
+        return m
+
+    def sized(self, m: Mem, bits: int) -> Mem:
+        """`m.with_bits(bits)`, made once per operand and size (see _MEMS)."""
+        hit = _SIZED.get((id(m), bits))
+        if hit is None:
+            hit = _keep(_SIZED, (id(m), bits), (m, m.with_bits(bits)))
+        return hit[1]
 
     def memory_operand(self, m, kind: str, shape: Shape, dtype: str):
         if dtype in NARROW_INTEGERS:            # a Dot operand: whole vectors, or a 4-byte group
@@ -68,14 +98,21 @@ class X86Emitter(Emitter):
                 return None
             if kind == "vec" and not shape.masked:
                 return m
-            return m.bcst(32) if kind == "bcast" and self.avx512 else None
+            return self._broadcast(m) if kind == "bcast" and self.avx512 else None
         if dtype != "float32" or (self.int and kind == "scalar"):
             return None
         if kind == "scalar" or (kind == "vec" and not shape.masked):
             return m
         if kind == "bcast" and self.avx512:
-            return m.bcst(32)
+            return self._broadcast(m)
         return None
+
+    def _broadcast(self, m: Mem) -> Mem:
+        """`m.bcst(32)`, made once per operand (as `sized`)."""
+        hit = _SIZED.get((id(m), "bcst"))
+        if hit is None:
+            hit = _keep(_SIZED, (id(m), "bcst"), (m, m.bcst(32)))
+        return hit[1]
 
     def const_operand(self, value: float):
         return integer.const(self, value) if self.int else self.const(value)
@@ -157,12 +194,12 @@ class X86Emitter(Emitter):
         if dtype == "float16":
             x = vreg(reg, 128)
             if kind == "vec" and not shape.masked:
-                a.emit("vcvtph2ps", self.v(reg, shape), m.with_bits(self.bits // 2))
+                a.emit("vcvtph2ps", self.v(reg, shape), self.sized(m, self.bits // 2))
                 return
             if kind == "vec":
                 self._load_f16_lanes(reg, m, shape)
                 return
-            a.emit("movzx", eax, m.with_bits(16))
+            a.emit("movzx", eax, self.sized(m, 16))
             a.emit("vmovd", x, eax)
             a.emit("vcvtph2ps", x, x)
             if kind == "bcast":
@@ -171,20 +208,20 @@ class X86Emitter(Emitter):
         if dtype != "float32":
             raise UnsupportedError(f"the x86 backend computes float32 and float16 only, not {dtype}")
         if kind == "scalar":
-            a.emit("vmovss", vreg(reg, 128), m.with_bits(32))
+            a.emit("vmovss", vreg(reg, 128), self.sized(m, 32))
         elif kind == "bcast":
-            a.emit("vbroadcastss", self.v(reg, shape), m.with_bits(32))
+            a.emit("vbroadcastss", self.v(reg, shape), self.sized(m, 32))
         elif not shape.masked:
-            a.emit("vmovups", self.v(reg, shape), m.with_bits(self.bits))
+            a.emit("vmovups", self.v(reg, shape), self.sized(m, self.bits))
         elif self.avx512:
-            a.emit("vmovups", vreg(reg, 512).masked(self.mask(shape.lanes), zero=True), m.with_bits(512))
+            a.emit("vmovups", vreg(reg, 512).masked(self.mask(shape.lanes), zero=True), self.sized(m, 512))
         else:
-            a.emit("vmaskmovps", vreg(reg, 256), self.mask(shape.lanes), m.with_bits(256))
+            a.emit("vmaskmovps", vreg(reg, 256), self.mask(shape.lanes), self.sized(m, 256))
 
     def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
         a = self.asm
         base = self._base(access)
-        m = Mem(base[1], disp=self._displacement(base, static))
+        m = self.memory(base[1], self._displacement(base, static))
         dtype = base[4]
         src = self.v(reg, shape)
         if dtype in integer.INT_DTYPES:
@@ -192,24 +229,24 @@ class X86Emitter(Emitter):
             return
         if dtype == "float16":
             if shape.vector and not shape.masked:
-                a.emit("vcvtps2ph", m.with_bits(self.bits // 2), src, 0)
+                a.emit("vcvtps2ph", self.sized(m, self.bits // 2), src, 0)
                 return
             if shape.vector:
                 self._store_f16_lanes(reg, m, shape)
                 return
             t = self.regs.alloc()       # the source may be a cached value: convert a copy
             a.emit("vcvtps2ph", vreg(t, 128), vreg(reg, 128), 0)
-            a.emit("vpextrw", m.with_bits(16), vreg(t, 128), 0)
+            a.emit("vpextrw", self.sized(m, 16), vreg(t, 128), 0)
             self.regs.release(t)
             return
         if not shape.vector:
-            a.emit("vmovss", m.with_bits(32), vreg(reg, 128))
+            a.emit("vmovss", self.sized(m, 32), vreg(reg, 128))
         elif not shape.masked:
-            a.emit("vmovups", m.with_bits(self.bits), src)
+            a.emit("vmovups", self.sized(m, self.bits), src)
         elif self.avx512:
-            a.emit("vmovups", m.with_bits(512).masked(self.mask(shape.lanes)), vreg(reg, 512))
+            a.emit("vmovups", self.sized(m, 512).masked(self.mask(shape.lanes)), vreg(reg, 512))
         else:
-            a.emit("vmaskmovps", m.with_bits(256), self.mask(shape.lanes), src)
+            a.emit("vmaskmovps", self.sized(m, 256), self.mask(shape.lanes), src)
 
     # float16 tails move one 16-bit word per lane: there is no masked vcvtph2ps in AVX2
     def _load_f16_lanes(self, reg: int, m: Mem, shape: Shape) -> None:
@@ -243,7 +280,7 @@ class X86Emitter(Emitter):
         if val.mem.broadcast:
             return val.mem
         # scalar integers live in an xmm register and read a whole one (vpaddd has no m32 form)
-        return val.mem.with_bits(self.bits if shape.vector else 128 if self.int else 32)
+        return self.sized(val.mem, self.bits if shape.vector else 128 if self.int else 32)
 
     def blend_identity(self, val: Val, reduce: str, shape: Shape) -> None:
         """Lanes past a reduction tail must not contribute: set them to the identity."""
@@ -315,7 +352,8 @@ class X86Emitter(Emitter):
         if self.int:
             integer.fma(self, acc, a, b, shape)
             return
-        self.asm.emit("vfmadd231" + self.suffix(shape), self.v(acc, shape), self.v(a, shape), self.operand(b, shape))
+        regs = self._full if shape.vector else XMM          # self.v, for the two registers
+        self.asm.emit("vfmadd231ps" if shape.vector else "vfmadd231ss", regs[acc], regs[a], self.operand(b, shape))
 
     def unary(self, op: str, d: int, x: int, shape: Shape) -> None:
         if self.int:
