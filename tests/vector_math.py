@@ -2,9 +2,18 @@
 (backend/vmath.py), shared by every instruction set's accuracy tests."""
 import numpy as np
 
+def _as_float32(x, fn):
+    """fn(x) in float64, rounded as a float32 result is (above the float range: inf)."""
+    with np.errstate(over="ignore"):
+        return fn(x).astype(np.float32).astype(np.float64)
+
+
 MATH = {
     # op: (input sampler, numpy reference, rtol, atol)
-    "exp": (lambda r: r.uniform(-80, 80, 4099), np.exp, 1e-6, 0),
+    # the whole float range: overflow to inf (88.7228 and up), gradual underflow (-87.3 and down)
+    "exp": (lambda r: np.concatenate([r.uniform(-80, 80, 3000), r.uniform(-110, -80, 500), r.uniform(80, 200, 591),
+                                      [88.3, 88.5, 88.72, 88.7228, 88.72284, 89.0, 1e30, -1e30]]),
+            lambda x: _as_float32(x, np.exp), 1e-6, 2e-45),
     "log": (lambda r: np.exp(r.uniform(-80, 80, 4099)), np.log, 1e-6, 3e-7),
     "sigmoid": (lambda r: r.uniform(-30, 30, 4099), lambda x: 1 / (1 + np.exp(-x)), 2e-6, 0),
     "tanh": (lambda r: r.uniform(-12, 12, 4099), np.tanh, 0, 3e-7),

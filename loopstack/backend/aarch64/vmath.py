@@ -117,8 +117,15 @@ def _exp(c, d, x):
         c.const(k, coeff)
         c.emit("fmla", k.s4, n.s4, d.s4)
         c.emit("mov", n.b16, k.b16)
-    c.emit("shl", i.s4, i.s4, 23)                # 2^n: n added to the exponent field
-    c.emit("add", d.s4, n.s4, i.s4)
+    # 2^n as 2^h * 2^(n-h), h = n >> 1 (backend/vmath.py)
+    c.emit("sshr", d.s4, i.s4, 1)
+    c.emit("sub", i.s4, i.s4, d.s4)
+    c.emit("shl", d.s4, d.s4, 23)
+    c.emit("add", n.s4, n.s4, d.s4)
+    c.emit("shl", i.s4, i.s4, 23)
+    c.const(k, 1.0)                              # the bits of 1.0: 2^(n-h) = (n-h) << 23 + them
+    c.emit("add", i.s4, i.s4, k.s4)
+    c.emit("fmul", d.s4, n.s4, i.s4)
     c.free(_num(c, n), _num(c, i), _num(c, k))
 
 

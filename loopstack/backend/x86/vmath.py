@@ -83,8 +83,15 @@ def _exp(c, d, x):
     c.emit("vmovups", c.r(n), c.c(EXP_POLY[7]))
     for coeff in reversed(EXP_POLY[:7]):
         c.emit("vfmadd213ps", c.r(n), c.r(d), c.c(coeff))
-    c.emit("vpslld", c.r(i), c.r(i), 23)          # 2^n: n added to the exponent field
-    c.emit("vpaddd", c.r(d), c.r(n), c.r(i))
+    # 2^n as 2^h * 2^(n-h), h = n >> 1: h added to p's exponent field, 2^(n-h) built as a float
+    # and multiplied in, so that the product overflows to inf and underflows gradually
+    c.emit("vpsrad", c.r(d), c.r(i), 1)
+    c.emit("vpsubd", c.r(i), c.r(i), c.r(d))
+    c.emit("vpslld", c.r(d), c.r(d), 23)
+    c.emit("vpaddd", c.r(n), c.r(n), c.r(d))
+    c.emit("vpslld", c.r(i), c.r(i), 23)
+    c.emit("vpaddd", c.r(i), c.r(i), c.cb(0x3F800000))
+    c.emit("vmulps", c.r(d), c.r(n), c.r(i))
     c.free(n, i)
 
 
