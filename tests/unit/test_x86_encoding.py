@@ -747,6 +747,29 @@ def test_amx_forms_against_llvm_mc():
         check_iced(mnemonic, ops, expected, "vex")
 
 
+def test_prefetchw_against_llvm_mc():
+    """prefetchw (the tile blocks ask for their output lines with it): byte for byte against
+    llvm-mc, decoded by iced."""
+    import shutil
+    import subprocess
+    llvm_mc = shutil.which("llvm-mc")
+    if llvm_mc is None:
+        pytest.skip("llvm-mc is not on the PATH (apt-get install llvm)")
+    cases = [(Mem(rcx, disp=64, bits=8), "prefetchw 64(%rcx)"),
+             (Mem(r13, disp=0x4000, bits=8), "prefetchw 16384(%r13)"),
+             (Mem(rsp, disp=-8, bits=8), "prefetchw -8(%rsp)")]
+    out = subprocess.run([llvm_mc, "-triple=x86_64", "-show-encoding"], input="\n".join(t for _, t in cases) + "\n",
+                         capture_output=True, text=True, check=True).stdout
+    want = [bytes(int(b, 16) for b in re.findall(r"0x([0-9a-f]{2})", line.split("encoding:")[1]))
+            for line in out.splitlines() if "encoding:" in line]
+    assert len(want) == len(cases)
+    for (mem, text), expected in zip(cases, want):
+        asm = Assembler()
+        asm.emit("prefetchw", mem)
+        assert asm.bytes() == expected, (text, asm.bytes().hex(), expected.hex())
+        check_iced("prefetchw", (mem,), expected, "legacy")
+
+
 def test_tile_product_needs_three_tiles():
     with pytest.raises(EncodingError, match="three tiles must differ"):
         Assembler().emit("tdpbusd", TMM[0], TMM[1], TMM[0])
