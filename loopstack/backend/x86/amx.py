@@ -138,6 +138,8 @@ def tile_block(em, stmt, root, static: dict[str, int], ranges: dict[str, int]) -
         per = 0
         if owner is not None:                 # the outermost runtime reduction loop claims the
             owned.append(owner)               # accumulator rows' lines, a share per iteration
+            # (where the rows do not divide evenly, the last shares reach a few rows past the
+            # block: a prefetch never faults, and those lines are another block's to store)
             per = -(-rows * ROWS // count)
             base = at(c)
             asm.emit("lea", owner, Mem(base.base, disp=base.disp, bits=64))
