@@ -138,7 +138,18 @@ def _fp32_gflops(shape_kind, dims, runs, target):
     return kernel.benchmark(runs=runs)
 
 
-def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target):
+def _placed(array: np.ndarray, align: int) -> np.ndarray:
+    """`array` copied to an address that is a multiple of `align` bytes (0: where numpy put it)."""
+    if not align:
+        return array
+    raw = np.empty(array.nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    placed = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    placed[...] = array
+    return placed
+
+
+def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target, align=0):
     from ..backend import compile as compile_tree
 
     # a process's first use of a mnemonic parses its encoder table rows (isa/x86/forms.py): the
@@ -151,8 +162,10 @@ def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target):
         compile_ms = min(compile_ms, (time.perf_counter() - t0) * 1e3)
         compile_cpu_ms = min(compile_cpu_ms, (time.process_time() - c0) * 1e3)
     kernel.threads = 1
-    arrays = args_fn()
-    out = np.zeros(tree.outputs[0].shape, tree.outputs[0].dtype)
+    # where the operands lie moves a tile kernel by a third (a 64-byte tile row read from an
+    # address 16 past a line boundary touches two lines): --align fixes it for every round
+    arrays = [_placed(x, align) for x in args_fn()]
+    out = _placed(np.zeros(tree.outputs[0].shape, tree.outputs[0].dtype), align)
     kernel(*arrays, out)
     peers, expected = peers_fn(arrays)
     row = {"name": name, "instr": kernel.tensorized or "-", "compile_ms": compile_ms,
@@ -175,7 +188,7 @@ def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target):
     return row
 
 
-def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None):
+def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None, align=0):
     rng = np.random.default_rng(0)
     out = []
     jobs = []
@@ -197,7 +210,7 @@ def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None
                 fn = ort_matmul_integer(A, B)
                 return {"onnxruntime": fn}, {"numpy": lambda: A.astype(np.int32) @ B.astype(np.int32)}
             out.append(measure(name, gemm_tree(n), lambda A=A, B=B: [A, B], 2 * n ** 3, peers_fn,
-                               lambda n=n: _fp32_gflops("gemm", n, runs, target), runs, rounds, target))
+                               lambda n=n: _fp32_gflops("gemm", n, runs, target), runs, rounds, target, align))
             continue
         depthwise = name.startswith("QDW")
         if depthwise:
@@ -224,7 +237,7 @@ def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None
             return {"onnxruntime": fn}, {"onnxruntime": ref}
         fp32 = (lambda: float("nan")) if depthwise else (lambda i=spec[0]: _fp32_gflops("conv", i, runs, target))
         out.append(measure(name, tree, lambda X=X, W=W, bias=bias, scale=scale: [X, W, bias, scale], ops,
-                           peers_fn, fp32, runs, rounds, target))
+                           peers_fn, fp32, runs, rounds, target, align))
     return out
 
 
@@ -262,6 +275,9 @@ def main(argv=None) -> int:
     ap.add_argument("--instr", choices=("auto", "vnni"), default="auto",
                     help="auto: the compile's choice (AMX tiles where the CPU has them); vnni: vector dot "
                          "products only (vpdpbusd), as on a CPU without AMX")
+    ap.add_argument("--align", type=int, default=0, metavar="BYTES",
+                    help="place loopstack's operands and output at multiples of BYTES (64: whole cache "
+                         "lines); default: where numpy allocates them")
     args = ap.parse_args(argv)
     return run(args)
 
@@ -279,7 +295,8 @@ def run(args) -> int:
         t = get_target(target)
         target = dataclasses.replace(t, extensions=frozenset(e for e in t.extensions if not e.startswith("amx")))
     got = rows(args.runs, args.rounds, target, set(args.workload) or None,
-               progress=lambda i, n, name: print(f"[{i + 1}/{n}] {name}", file=sys.stderr))
+               progress=lambda i, n, name: print(f"[{i + 1}/{n}] {name}", file=sys.stderr),
+               align=getattr(args, "align", 0))
     print(f"int8 kernels on {cpu_brand()}, one thread; %peak: share of the kernel's instruction chain "
           "probed beside each round; exact: equal to the peer (onnxruntime, or numpy's int32) bit for bit")
     print(format_table(got))
