@@ -16,15 +16,17 @@ emits any loop (the schedule's tiling, order and parallelism); from the reductio
                the outermost reduction loop also asks for the accumulators' lines (prefetchw)
     tilestored every accumulator to its rows (the int32 output, or the rewriter's tile buffer)
 
-The stores are where a block's time goes beyond its products: 16 rows of 64 bytes a tile, each
-line owned by the core before it is written. Measured on a loaded Sapphire Rapids (GEMM
-256/512/1024, % of the tdpbusd chain): as emitted 31/43/53 %; the same stores aimed at lines
-already in L1 74-78 % at 512/1024; without stores 61/70/67 %; the loads interleaved with the
-products, or B without the t1 hint, or a third level of blocks for L1 reuse: no gain. So the
-outermost reduction loop asks for the accumulator rows' lines with prefetchw, a share of them
-per iteration, while the products run: the lines are owned when the stores come (+20 % at
-GEMM-256, where the output stays in L2; within noise at 512 and 1024, where the output's
-write-back to L3 is the bound).
+Where a block's time goes (bench/amx_ceiling.py takes it apart; GEMM-1024, line-aligned
+operands, a loaded Sapphire Rapids, % of the tdpbusd chain): the products alone 96 %, with their
+loads 75-78 %, stores to lines in L1 70 %, stores to the output 55 % (the compiled kernel 56 %).
+A tile row 16 bytes off a line's boundary touches two lines, and numpy places arrays on 16
+bytes: there the outermost reduction loop's prefetchw of the accumulator rows, a share per
+iteration, has the lines owned before the stores come (+20 % at GEMM-256 with the output 16
+bytes off); with a line-aligned output it is neutral (+-3 %: the rows, 2 or 4 KiB apart, share
+a few L1 sets and evict each other before their stores). Tried without gain: A staged at a
+padded row length, B loaded without the t1 hint, a third level of blocks for L1 reuse,
+prefetcht0 of the next step's A or B rows, the stores through an L1 scratch and vector moves,
+the output's lines asked for in the last step only.
 
 A tile load's rows are a register stride apart ([pointer + stride + disp]); the strides are
 the operands' own row lengths. Every tile has the same shape, 16 rows of 64 bytes: one
@@ -112,7 +114,8 @@ def tile_block(em, stmt, root, static: dict[str, int], ranges: dict[str, int]) -
     def products():
         # each load just before its first product: a tile register is reloaded only once the
         # products reading it are done (no renaming), so the first row's products overlap the
-        # loads of the next operands (+3-7 % over all loads first, GEMM 256-1024, loaded Xeon)
+        # loads of the next operands (+3-7 % over all loads first at GEMM 256-512 on a loaded
+        # Xeon, operands as numpy placed them; within the noise on line-aligned ones)
         for i in range(rows):
             asm.emit("tileloadd", A_TILES[i], tile_mem(at(a, **{m: i}), "a"))
             for j in range(cols):
