@@ -143,6 +143,17 @@ def _fp32_gflops(shape_kind, dims, runs, target):
     return kernel.benchmark(runs=runs)
 
 
+def _placed(array: np.ndarray, align: int) -> np.ndarray:
+    """`array` copied to an address that is a multiple of `align` bytes (0: where numpy put it)."""
+    if not align:
+        return array
+    raw = np.empty(array.nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    placed = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    placed[...] = array
+    return placed
+
+
 def compile_with(tree, target, instr_name=None):
     """The kernel of `tree`; with `instr_name`, its contraction rewritten for that registry entry
     on the compile's default register block (a tree it does not apply to compiles as it is)."""
@@ -161,7 +172,7 @@ def compile_with(tree, target, instr_name=None):
     return compile_tree(tree, target=target)
 
 
-def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target, instr_name=None):
+def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target, instr_name=None, align=0):
 
     # a process's first use of a mnemonic parses its encoder table rows (isa/x86/forms.py): the
     # best of three compiles is the kernel's own cost, as in a process that has compiled before;
@@ -173,8 +184,10 @@ def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target, inst
         compile_ms = min(compile_ms, (time.perf_counter() - t0) * 1e3)
         compile_cpu_ms = min(compile_cpu_ms, (time.process_time() - c0) * 1e3)
     kernel.threads = 1
-    arrays = args_fn()
-    out = np.zeros(tree.outputs[0].shape, tree.outputs[0].dtype)
+    # where the operands lie moves a tile kernel by a third (a 64-byte tile row read from an
+    # address 16 past a line boundary touches two lines): --align fixes it for every round
+    arrays = [_placed(x, align) for x in args_fn()]
+    out = _placed(np.zeros(tree.outputs[0].shape, tree.outputs[0].dtype), align)
     kernel(*arrays, out)
     peers, expected = peers_fn(arrays)
     row = {"name": name, "instr": kernel.tensorized or "-", "compile_ms": compile_ms,
@@ -197,7 +210,7 @@ def measure(name, tree, args_fn, ops, peers_fn, fp32, runs, rounds, target, inst
     return row
 
 
-def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None, instr_name=None):
+def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None, instr_name=None, align=0):
     rng = np.random.default_rng(0)
     out = []
     jobs = []
@@ -220,7 +233,7 @@ def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None
                 return {"onnxruntime": fn}, {"numpy": lambda: A.astype(np.int32) @ B.astype(np.int32)}
             out.append(measure(name, gemm_tree(n), lambda A=A, B=B: [A, B], 2 * n ** 3, peers_fn,
                                lambda n=n: _fp32_gflops("gemm", n, runs, target), runs, rounds, target,
-                               instr_name))
+                               instr_name, align))
             continue
         depthwise = name.startswith("QDW")
         if depthwise:
@@ -247,7 +260,7 @@ def rows(runs: int = 10, rounds: int = 3, target=None, names=None, progress=None
             return {"onnxruntime": fn}, {"onnxruntime": ref}
         fp32 = (lambda: float("nan")) if depthwise else (lambda i=spec[0]: _fp32_gflops("conv", i, runs, target))
         out.append(measure(name, tree, lambda X=X, W=W, bias=bias, scale=scale: [X, W, bias, scale], ops,
-                           peers_fn, fp32, runs, rounds, target, instr_name))
+                           peers_fn, fp32, runs, rounds, target, instr_name, align))
     return out
 
 
@@ -286,6 +299,9 @@ def main(argv=None) -> int:
                     help="auto: the compile's choice (AMX tiles where the CPU has them); vnni: vector dot "
                          "products only (vpdpbusd), as on a CPU without AMX; or a registry entry to tensorize "
                          "with (e.g. avx2.dot.u8s8.bcst_a, the byte-widening path)")
+    ap.add_argument("--align", type=int, default=0, metavar="BYTES",
+                    help="place loopstack's operands and output at multiples of BYTES (64: whole cache "
+                         "lines); default: where numpy allocates them")
     args = ap.parse_args(argv)
     return run(args)
 
@@ -305,7 +321,8 @@ def run(args) -> int:
         target = dataclasses.replace(t, extensions=frozenset(e for e in t.extensions if not e.startswith("amx")))
     got = rows(args.runs, args.rounds, target, set(args.workload) or None,
                progress=lambda i, n, name: print(f"[{i + 1}/{n}] {name}", file=sys.stderr),
-               instr_name=None if instr in ("auto", "vnni") else instr)
+               instr_name=None if instr in ("auto", "vnni") else instr,
+               align=getattr(args, "align", 0))
     print(f"int8 kernels on {cpu_brand()}, one thread; %peak: share of the kernel's instruction chain "
           "probed beside each round; exact: equal to the peer (onnxruntime, or numpy's int32) bit for bit")
     print(format_table(got))

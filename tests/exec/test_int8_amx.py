@@ -242,3 +242,23 @@ def test_a_parallel_schedule_keeps_its_parallel_loop_on_tiles():
         got = np.zeros((100, 48), np.int32)
         kernel(*arrays, got)
         np.testing.assert_array_equal(got, want)
+
+
+def test_tile_blocks_ask_for_every_output_line_once_before_storing():
+    """The outermost reduction loop prefetches (prefetchw) the block's accumulator rows, a share
+    per iteration: over its iterations every 64-byte line the block's 2 x 2 tiles store is asked
+    for exactly once, and only those lines."""
+    import re
+    needs_amx()
+    tree, _, _ = int8_matmul_case(np.random.default_rng(0), 64, 64, 256, ("uint8", "int8"))
+    seg = compile(tree, target="avx512").asm().split("; segment")[-1]
+    block = seg[seg.index("tilezero"):seg.index("tilestored")]
+    owner, base = re.search(r"lea (\w+), qword ptr \[(\w+)\]", block).groups()
+    count = int(re.search(r"mov \w+, (0x[0-9a-f]+|\d+)\s*\n(\w+_top):", block).group(1), 0)
+    step = int(re.search(rf"add {owner}, (0x[0-9a-f]+)", block).group(1), 16)
+    disps = [int(d or "0", 16) for d in re.findall(rf"prefetchw byte ptr \[{owner}(?: \+ 0x([0-9a-f]+))?\]", block)]
+    asked = sorted(i * step + d for i in range(count) for d in disps)
+    row_bytes = 64 * 4                                 # the int32 output's rows: 4 lines each
+    stored = sorted(r * row_bytes + line * 64 for r in range(32) for line in range(2))
+    assert count == 256 // 64 and asked == stored, (count, step, disps)
+    assert re.search(rf"tilestored \[{base} \+", seg)      # the lines prefetched are the stores' own

@@ -152,6 +152,19 @@ def test_the_int8_bench_runs_the_pairs_path_and_a_named_entry_exactly():
         assert row["instr"] == want and row["exact"], row
 
 
+@pytest.mark.parametrize("align", [16, 64, 4096])
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "float32"])
+def test_the_int8_bench_places_operands_on_the_boundary_asked_for(align, dtype):
+    """bench --align: the same values, at an address that is a multiple of `align`."""
+    from loopstack.commands.bench_int8 import _placed
+
+    x = np.arange(3 * 37, dtype=dtype).reshape(3, 37)
+    y = _placed(x, align)
+    assert y.ctypes.data % align == 0 and y.shape == x.shape and y.dtype == x.dtype
+    np.testing.assert_array_equal(y, x)
+    assert _placed(x, 0) is x
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dtype", ["int32", "int16", "int8", "uint8"])
 @pytest.mark.parametrize("binary, unary", [("add", ()), ("sub", ("relu",)), ("mul", ()), ("max", ("neg",)),

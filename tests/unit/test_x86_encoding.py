@@ -764,23 +764,41 @@ _AMX_CASES = [
 ]
 
 
-def test_amx_forms_against_llvm_mc():
+def _llvm_mc_encodings(lines: list[str]) -> list[bytes]:
+    """llvm-mc's bytes for each line of AT&T assembly (the test skips where llvm-mc is missing)."""
     import shutil
     import subprocess
     llvm_mc = shutil.which("llvm-mc")
     if llvm_mc is None:
         pytest.skip("llvm-mc is not on the PATH (apt-get install llvm)")
-    text = "\n".join(t for _, _, t in _AMX_CASES) + "\n"
-    out = subprocess.run([llvm_mc, "-triple=x86_64", "-show-encoding"], input=text, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run([llvm_mc, "-triple=x86_64", "-show-encoding"], input="\n".join(lines) + "\n",
+                         capture_output=True, text=True, check=True).stdout
     want = [bytes(int(b, 16) for b in re.findall(r"0x([0-9a-f]{2})", line.split("encoding:")[1]))
             for line in out.splitlines() if "encoding:" in line]
-    assert len(want) == len(_AMX_CASES)
+    assert len(want) == len(lines)
+    return want
+
+
+def test_amx_forms_against_llvm_mc():
+    want = _llvm_mc_encodings([t for _, _, t in _AMX_CASES])
     for (mnemonic, ops, text), expected in zip(_AMX_CASES, want):
         asm = Assembler()
         asm.emit(mnemonic, *ops)
         assert asm.bytes() == expected, (text, asm.bytes().hex(), expected.hex())
         check_iced(mnemonic, ops, expected, "vex")
+
+
+def test_prefetchw_against_llvm_mc():
+    """prefetchw (the tile blocks ask for their output lines with it): byte for byte against
+    llvm-mc, decoded by iced."""
+    cases = [(Mem(rcx, disp=64, bits=8), "prefetchw 64(%rcx)"),
+             (Mem(r13, disp=0x4000, bits=8), "prefetchw 16384(%r13)"),
+             (Mem(rsp, disp=-8, bits=8), "prefetchw -8(%rsp)")]
+    for (mem, text), expected in zip(cases, _llvm_mc_encodings([t for _, t in cases])):
+        asm = Assembler()
+        asm.emit("prefetchw", mem)
+        assert asm.bytes() == expected, (text, asm.bytes().hex(), expected.hex())
+        check_iced("prefetchw", (mem,), expected, "legacy")
 
 
 def test_tile_product_needs_three_tiles():

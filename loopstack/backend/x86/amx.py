@@ -11,9 +11,22 @@ emits any loop (the schedule's tiling, order and parallelism); from the reductio
     loops over the reduction (runtime loops moving the A and B pointers):
                tileloadd each row's A tile (tmm4-5), tileloaddt1 each column's B tile
                (tmm6-7: the weights stream from L2, the hint leaves L1 to the block's A rows;
-               measured +5-50 % at GEMM-1024 on a loaded Xeon, no loss at 512),
-               then rows x cols tile products (tdpbusd & co.)
+               measured +5-50 % at GEMM-1024 on a loaded Xeon, no loss at 512), each just
+               before the first of the rows x cols tile products (tdpbusd & co.) reading it;
+               the outermost reduction loop also asks for the accumulators' lines (prefetchw)
     tilestored every accumulator to its rows (the int32 output, or the rewriter's tile buffer)
+
+Where a block's time goes (bench/amx_ceiling.py takes it apart; GEMM-1024, line-aligned
+operands, a loaded Sapphire Rapids, % of the tdpbusd chain): the products alone 96 %, with their
+loads 75-78 %, stores to lines in L1 70 %, stores to the output 55 % (the compiled kernel 56 %).
+A tile row 16 bytes off a line's boundary touches two lines, and numpy places arrays on 16
+bytes: there the outermost reduction loop's prefetchw of the accumulator rows, a share per
+iteration, has the lines owned before the stores come (+20 % at GEMM-256 with the output 16
+bytes off); with a line-aligned output it is neutral (+-3 %: the rows, 2 or 4 KiB apart, share
+a few L1 sets and evict each other before their stores). Tried without gain: A staged at a
+padded row length, B loaded without the t1 hint, a third level of blocks for L1 reuse,
+prefetcht0 of the next step's A or B rows, the stores through an L1 scratch and vector moves,
+the output's lines asked for in the last step only.
 
 A tile load's rows are a register stride apart ([pointer + stride + disp]); the strides are
 the operands' own row lengths. Every tile has the same shape, 16 rows of 64 bytes: one
@@ -99,12 +112,16 @@ def tile_block(em, stmt, root, static: dict[str, int], ranges: dict[str, int]) -
     acc = {(i, j): ACCUMULATORS[i * cols + j] for i in range(rows) for j in range(cols)}
 
     def products():
+        # each load just before its first product: a tile register is reloaded only once the
+        # products reading it are done (no renaming), so the first row's products overlap the
+        # loads of the next operands (+3-7 % over all loads first at GEMM 256-512 on a loaded
+        # Xeon, operands as numpy placed them; within the noise on line-aligned ones)
         for i in range(rows):
             asm.emit("tileloadd", A_TILES[i], tile_mem(at(a, **{m: i}), "a"))
-        for j in range(cols):       # weights stream past once per block row: a hint to keep
-            asm.emit("tileloaddt1", B_TILES[j], tile_mem(at(b, **{n: j}), "b"))   # them out of L1
-        for (i, j), t in acc.items():
-            asm.emit(instr.mnemonic, t, A_TILES[i], B_TILES[j])
+            for j in range(cols):
+                if i == 0:          # weights stream past once per block row: a hint to keep
+                    asm.emit("tileloaddt1", B_TILES[j], tile_mem(at(b, **{n: j}), "b"))   # them out of L1
+                asm.emit(instr.mnemonic, acc[i, j], A_TILES[i], B_TILES[j])
 
     def reduce(level: int) -> None:
         """The reduction loops from `level` in, runtime loops moving the A and B pointers."""
@@ -120,12 +137,29 @@ def tile_block(em, stmt, root, static: dict[str, int], ranges: dict[str, int]) -
             reduce(level + 1)
             return
         moves = [(x.base, d) for x, d in ((at(a), step(a, lp.dim) * lp.step), (at(b), step(b, lp.dim) * lp.step)) if d]
+        owner = None if owned or not em.free_gprs else em.free_gprs.pop()
+        per = 0
+        if owner is not None:                 # the outermost runtime reduction loop claims the
+            owned.append(owner)               # accumulator rows' lines, a share per iteration
+            # (where the rows do not divide evenly, the last shares reach a few rows past the
+            # block: a prefetch never faults, and those lines are another block's to store)
+            per = -(-rows * ROWS // count)
+            base = at(c)
+            asm.emit("lea", owner, Mem(base.base, disp=base.disp, bits=64))
+            moves.append((owner, per * stride_bytes["c"]))
         loop = em.loop_begin(lp.var, count)
+        for r in range(per):
+            for offset in range(0, cols * ROWS * 4, 64):
+                asm.emit("prefetchw", Mem(owner, disp=r * stride_bytes["c"] + offset, bits=8))
         reduce(level + 1)
         em.loop_end(*loop, moves)
         for ptr, d in moves:
-            em.rewind(ptr, d * count)
+            if ptr is not owner:
+                em.rewind(ptr, d * count)
+        if owner is not None:
+            em.free_gprs.append(owner)
 
+    owned: list = []          # the register walking the accumulator rows ahead of their stores
     for t in acc.values():
         asm.emit("tilezero", t)
     reduce(0)

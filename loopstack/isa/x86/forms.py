@@ -129,6 +129,7 @@ _ROWS: list[tuple[str, ...]] = [
     ("prefetcht0", "m8",                "0F 18 /1",           "M",   "SSE"),
     ("prefetcht1", "m8",                "0F 18 /2",           "M",   "SSE"),
     ("prefetcht2", "m8",                "0F 18 /3",           "M",   "SSE"),
+    ("prefetchw",  "m8",                "0F 0D /1",           "M",   "PRFCHW"),
 
     # --- VEX: moves --------------------------------------------------------------------------
     ("vmovups",    "xmm1, xmm2/m128",   "VEX.128.0F.WIG 10 /r",        "RM",  "AVX"),
