@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from ...errors import ScheduleError, UnsupportedError
 from ...looptree.builders import nest
-from ...looptree.ir import Access, Affine, Binary, Buffer, Compute, Const, Dot, Load, Loop, LoopTree
+from ...looptree.ir import Access, Affine, Binary, Buffer, Compute, Const, Dot, Load, LoopTree
 from .inspect import Match, _bind, inspect
 from .registry import TensorInstr
 
@@ -71,6 +71,20 @@ def _renamed(acc: Access, old: str, new: str) -> Access:
 
 def _scaled(ix: Affine, coeff: int) -> list[tuple[str, int]]:
     return [(n, c * coeff) for n, c in ix.terms]
+
+
+def namer(tree: LoopTree, avoid=()):
+    """fresh(base): a name no buffer, dimension or name in `avoid` has, nor one it gave before."""
+    taken = set(avoid) | {x.name for x in tree.buffers} | {d for d, _ in tree.dims}
+
+    def fresh(base: str) -> str:
+        name, i = base, 0
+        while name in taken:
+            i += 1
+            name = f"{base}{i}"
+        taken.add(name)
+        return name
+    return fresh
 
 
 def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]] | None = None,
@@ -157,15 +171,7 @@ def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
     pad = Kp != sizes[r]
     dims = dict(sizes)
     buffers = list(tree.buffers)
-    names = {b.name for b in buffers} | set(dims) | set(avoid)
-
-    def fresh(base):
-        n, i = base, 0
-        while n in names:
-            i += 1
-            n = f"{base}{i}"
-        names.add(n)
-        return n
+    fresh = namer(tree, avoid)
 
     # the padded reduction is a dimension of its own: `r` keeps its size for the tree's other
     # statements (one that also sums over r must not sum over the padding)

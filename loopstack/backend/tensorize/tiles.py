@@ -38,7 +38,7 @@ from ...looptree.builders import nest
 from ...looptree.ir import Access, Affine, Binary, Buffer, Compute, Dot, Load, LoopTree
 from .inspect import _bind, inspect
 from .registry import TensorInstr
-from .rewrite import Rewrite, _index_range, accumulation_dtype
+from .rewrite import Rewrite, _index_range, accumulation_dtype, namer
 
 BLOCK = (2, 2)          # tile rows x tile columns of accumulators
 
@@ -127,7 +127,7 @@ def _rewrite(tree, stmt, instr, a, b, block, avoid, parallel, schedule) -> Rewri
     sizes = dict(tree.dims)
     M, N, K = sizes[m], sizes[n], sizes[r]
     Mp, Np, Kp = _ceil(M, 16), _ceil(N, 16), _ceil(K, 64)
-    fresh = _namer(tree, avoid)
+    fresh = namer(tree, avoid)
     buffers, dims, body, steps = list(tree.buffers), dict(tree.dims), [], []
     (mt, nt, kt), inner = _tile_loops(fresh, dims, Mp, Np, Kp)
     mi, ni, kg, kj = (d for d, _ in inner)
@@ -197,20 +197,6 @@ def _rewrite(tree, stmt, instr, a, b, block, avoid, parallel, schedule) -> Rewri
         steps.append(f"accumulate in int32 tiles %{c_name}, then %{stmt.out.buffer} = " + _epilogue_text(stmt, "tiles"))
     return _finish(instr, stmt, block, LoopTree(tuple(buffers), tuple(dims.items()), tuple(body)), epilogue,
                    outer, inner, (ta, tb, tc), (ma, mb, mc), fresh, steps)
-
-
-def _namer(tree: LoopTree, avoid):
-    """fresh(base): a name no buffer, dimension or name in `avoid` has, nor one it gave before."""
-    taken = set(avoid) | {x.name for x in tree.buffers} | {d for d, _ in tree.dims}
-
-    def fresh(base: str) -> str:
-        name, i = base, 0
-        while name in taken:
-            i += 1
-            name = f"{base}{i}"
-        taken.add(name)
-        return name
-    return fresh
 
 
 def _tile_loops(fresh, dims: dict, rows: int, cols: int, reduction: int):
@@ -316,7 +302,7 @@ def _rewrite_conv(tree, stmt, instr, a, b, block, avoid, parallel, schedule) -> 
     reach = (lo[hp][1] - lo[hp][0] - (OH - 1)) * Ws + (lo[wp][1] - lo[wp][0] - (OW - 1))
     L = Q + reach
     abuf, bbuf = tree.buffer(a.buffer), tree.buffer(b.buffer)
-    fresh = _namer(tree, avoid)
+    fresh = namer(tree, avoid)
     buffers, dims, body = list(tree.buffers), dict(tree.dims), []
     (mt, nt, kt), inner = _tile_loops(fresh, dims, Q, Kp, Cp)
     mi, ni, kg, kj = (d for d, _ in inner)
