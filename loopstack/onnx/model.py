@@ -84,6 +84,11 @@ class CompiledModel:
         t0 = time.perf_counter()
         self.net = net
         self.target = target
+        if threads == 1:        # schedules for one core (backend: a kernel of one thread)
+            import dataclasses
+
+            from ..isa.target import get_target
+            target = dataclasses.replace(get_target(target), cores=1)
         self.layers = [_compile_layer(L, net, target) for L in net.layers]
         self.input_names = [n for n, _ in net.inputs]
         self.output_names = [n for n, _, _ in net.outputs]

@@ -389,7 +389,10 @@ def _prefetchable_channel_tile(ct, channels, bytes_per_channel, passes, bytes_pe
     def lines(c):
         return -(-(c * bytes_per_channel // LINE) // passes)
 
-    if channels * bytes_per_filter_channel <= tgt.l2 or passes < 2 or lines(ct) <= MAX_LINES_PER_PASS:
+    # for one core only: a smaller tile makes the channel tiles the nest's outermost loop, a
+    # reduction no thread can split, and a kernel for several cores would run serially
+    if tgt.cores > 1 or channels * bytes_per_filter_channel <= tgt.l2 or passes < 2 or \
+            lines(ct) <= MAX_LINES_PER_PASS:
         return ct
     for c in range(ct - 1, 0, -1):
         if channels % c == 0 and lines(c) <= MAX_LINES_PER_PASS and c * bytes_per_channel >= MIN_TILE_BYTES:

@@ -93,3 +93,26 @@ def test_other_nests_split_their_column_panels(name, why):
     Y, _ = get_workload(name).build(seed=0)
     entries = _parallel_entries(default_schedule(Y, _cores(2)))
     assert entries and all(v != "b" and v != "m" for v, _, _ in entries), (why, entries)
+
+
+@pytest.mark.parametrize("name", ["CONV-3", "CONV-4"])
+def test_a_convolution_for_several_cores_keeps_its_channels_whole_where_one_core_would_tile_them(name):
+    """Weights beyond L2 get channel tiles small enough to prefetch, for one core; those tiles
+    would be the nest's outermost loop, a reduction no thread can split, so a schedule for
+    several cores keeps the block model's tile (CONV-3: all channels, its output loop parallel)."""
+    import dataclasses
+
+    from loopstack.isa.target import get_target
+
+    t = get_target("avx512")
+    tiles = {}
+    for cores in (1, 2):
+        Y, _ = get_workload(name).build(seed=0)
+        tree = default_schedule(Y, dataclasses.replace(t, cores=cores))
+        g = tree.graph
+        nid = main_node(tree)
+        outer = tree.loop(tree.path(tree.ref_of(nid))[0])
+        tiles[cores] = outer.entry if outer.entry[0] in g.reduced(g.node(nid)) else None
+        if cores == 2 and name == "CONV-3":
+            assert _parallel_loops(tree)
+    assert tiles[1] is not None and tiles[1] != tiles[2]      # one core: smaller channel tiles
