@@ -14,6 +14,7 @@ anything is compiled.
 from __future__ import annotations
 
 import gc
+import sys
 
 
 def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural name
@@ -24,9 +25,9 @@ def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural n
         from .interp import InterpKernel
 
         return InterpKernel(tree)
-    from .ptx import compile_gpu, is_gpu_target
+    if _is_gpu_target(target):
+        from .ptx import compile_gpu
 
-    if is_gpu_target(target):
         return compile_gpu(tree, target)
     from .native import compile_native
 
@@ -40,3 +41,12 @@ def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural n
     finally:
         if paused:
             gc.enable()
+
+
+def _is_gpu_target(target) -> bool:
+    """ptx.is_gpu_target without importing the GPU backend for a CPU compile (a GpuTarget object
+    exists only once that module is loaded)."""
+    if isinstance(target, str):
+        return target.startswith("sm_")
+    ptx = sys.modules.get(__name__ + ".ptx")
+    return ptx is not None and ptx.is_gpu_target(target)

@@ -35,7 +35,6 @@ from .threads import EVERY_THREAD, MAX_THREADS, check_threads, copies_per_thread
 from .nest import SegmentCompiler, max_accumulators
 from .reuse import segment_shape
 from .rewrite import split_init_post, split_padded_nests, stage_padded_reads
-from .tensorize.apply import tensorize_for_target
 
 # the instruction selection of each architecture: (module, Emitter class, Assembler factory)
 _ISAS = {
@@ -99,7 +98,12 @@ def emit_native(tree: LoopTree, target, unroll_limit: int | None = None):
         raise ScheduleError(f"unroll_limit must be >= 0, got {limit}")
     isa, assembler = instruction_set(target)
     isa.check_tree(tree, target)
-    tree, _ = tensorize_for_target(tree, target)
+    if any(s.tensorize for _, s in tree.computes()) or any(b.dtype in ("int8", "uint8") for b in tree.buffers):
+        # only a requested or an 8-bit contraction is tensorized: a float program's compile
+        # does not load the tensorized-instruction registry
+        from .tensorize.apply import tensorize_for_target
+
+        tree, _ = tensorize_for_target(tree, target)
     lowered, once = hoist_constant_packs(stage_padded_reads(split_padded_nests(tree)))
     lowered = split_init_post(lowered, isa.lanes(target), lambda s: max_accumulators(target, s),
                               isa.vector_plan_for(target))

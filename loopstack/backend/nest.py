@@ -38,7 +38,6 @@ from .analysis import (
 )
 from .emitter import Emitter
 from .prefetch import LINE, prefetch_plans
-from .tensorize.registry import instruction
 from .values import Shape, Val, shape_of
 
 UNROLL_REDUCTION = 2   # iterations per trip of a register block's innermost reduction loop
@@ -50,13 +49,20 @@ def max_accumulators(target, stmt: Compute) -> int:
     (exp, log and the like take 4 more temporaries; a tensorized dot product the scratch
     registers its implementation names)."""
     heavy = uses_heavy_math(stmt.expr) or uses_heavy_math(stmt.post) or uses_heavy_math(stmt.init)
-    scratch = instruction(stmt.expr.instr).scratch if isinstance(stmt.expr, Dot) else 0
+    scratch = _instruction(stmt.expr.instr).scratch if isinstance(stmt.expr, Dot) else 0
     return target.block_registers - (4 if heavy else 0) - scratch
 
 
 def is_tile_statement(stmt: Compute) -> bool:
     """A Dot of a tile instruction (AMX): one statement per tile of accumulators."""
-    return isinstance(stmt.expr, Dot) and instruction(stmt.expr.instr).tile
+    return isinstance(stmt.expr, Dot) and _instruction(stmt.expr.instr).tile
+
+
+def _instruction(name: str):
+    """The registry entry of a Dot; the registry is loaded by the first program that has one."""
+    from .tensorize.registry import instruction
+
+    return instruction(name)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from ..analysis import NARROW_INTEGERS
 from ..emitter import Emitter
 from ..values import Shape, Val
 from .values import vreg
-from . import amx, integer, vmath
+from . import integer, vmath
 
 ARITH = {"add": "vadd", "sub": "vsub", "mul": "vmul", "div": "vdiv", "max": "vmax", "min": "vmin"}
 CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
@@ -367,13 +367,17 @@ class X86Emitter(Emitter):
     def requant(self, reg: int, stmt, static, shape: Shape) -> None:
         integer.requant(self, reg, stmt, static, shape)
 
+    # AMX tiles (backend/x86/amx.py), loaded by the first program that has a tile statement
     def tile_begin(self) -> None:
+        from . import amx
         amx.tile_begin(self.asm)
 
     def tile_block(self, stmt, root, static, ranges) -> None:
+        from . import amx
         amx.tile_block(self, stmt, root, static, ranges)
 
     def tile_end(self) -> None:
+        from . import amx
         amx.tile_end(self.asm)
 
     # -- the function ---------------------------------------------------------------

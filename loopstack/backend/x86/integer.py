@@ -21,7 +21,6 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...isa.x86.operands import GPR8, Mem, eax
 from ...looptree.ir import Load
-from ..tensorize.registry import instruction
 from ..values import Shape, Val
 from .dot import emit_dot
 from .values import vreg
@@ -183,6 +182,8 @@ def unary(em, op: str, d: int, x: int, shape: Shape) -> None:
 
 
 def dot(em, acc: int, e, a: int, b: Val, shape: Shape) -> None:
+    from ..tensorize.registry import instruction
+
     instr = instruction(e.instr)
     if not shape.vector or shape.masked:
         raise UnsupportedError(f"{instr.name} runs on whole vectors of its {instr.lanes} lanes: vectorise the "
