@@ -130,17 +130,9 @@ def _spawn(engine, path, input_path, out_path, rounds) -> dict:
 
 
 def _ort_session(path, profile_prefix=None):
-    import onnxruntime as ort
+    from ..peers.onnxruntime_peer import session
 
-    so = ort.SessionOptions()
-    if profile_prefix is not None:
-        so.enable_profiling = True
-        so.profile_file_prefix = profile_prefix
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    return session(path, profile_prefix)
 
 
 def interleaved(path: str, x, rounds: int, threads: int = 1, torch: bool = False) -> dict:

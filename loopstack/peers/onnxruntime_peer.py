@@ -80,16 +80,21 @@ def _reference_layout(w, y: np.ndarray) -> np.ndarray:
     return y
 
 
-def session(model):
-    """An onnxruntime session on one thread, sequential, all graph optimisations on."""
+def session(model, profile_prefix: str | None = None):
+    """An onnxruntime session on one thread, sequential, all graph optimisations on, for a
+    ModelProto or a model file's path (with `profile_prefix`, its profiler on)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
+    if profile_prefix is not None:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    source = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(source, opts, providers=["CPUExecutionProvider"])
 
 
 def prepare(w, a) -> Prepared:
