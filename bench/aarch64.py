@@ -18,7 +18,6 @@ DWCONV >= 60 %; compile <= 5 ms per MM, <= 20 ms per conv.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import time
 
@@ -123,8 +122,8 @@ def main(argv=None) -> int:
                             "fma_bound_cycles": bound, "fma_percent": share, "gflops": gflops,
                             "paper_gflops": paper, "compile_ms": ms, "fmla_per_iteration": len(fmla)})
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+        from loopstack.timing import write_records
+        write_records(args.json, records)
     return 0
 
 

@@ -17,7 +17,6 @@ The gap between two rows is what the changed thing costs; the last two rows shou
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import numpy as np
@@ -148,8 +147,8 @@ def main(argv=None) -> int:
     for r in got:
         print(f"{r['name']:24} {r['gops']:7.0f} {r['peak_pct']:6.1f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(got, f, indent=1)
+        from loopstack.timing import write_records
+        write_records(args.json, got)
     return 0
 
 

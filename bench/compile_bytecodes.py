@@ -13,7 +13,6 @@ only: the time of builtins and of the C code under them (memcpy, zero-filling) i
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -98,8 +97,8 @@ def main(argv=None) -> int:
         records.append({"name": f"{name} {target_name}", "bytecodes": n})
         print(f"{name:<12} {target_name:<7} {n:>10}", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+        from loopstack.timing import write_records
+        write_records(args.json, records)
     return 0
 
 

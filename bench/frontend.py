@@ -19,7 +19,6 @@ PYTHONDONTWRITEBYTECODE set and no __pycache__, every import also compiles its s
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -174,8 +173,8 @@ def main():
               f"lower {r['lower_ms']:7.2f} ms   "
               f"cached overhead {r['cached_overhead_us']:8.1f} us{first}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(recs, f, indent=1)
+        from loopstack.timing import write_records
+        write_records(a.json, recs)
 
 
 if __name__ == "__main__":

@@ -665,8 +665,8 @@ def main(argv=None) -> int:
                 "seconds": round(time.monotonic() - t0, 1), "targets": ",".join(targets),
                 "families": fams,
                 "failures": [r for r in results if r["status"] != "ok"]}]
-        with open(a.json, "w") as f:
-            json.dump(rec, f, indent=1)
+        from loopstack.timing import write_records
+        write_records(a.json, rec)
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 

@@ -11,7 +11,6 @@ as scalar code (about 10x the float32 pool's time).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
@@ -66,8 +65,8 @@ def main(argv=None):
     for r in rows:
         print(f"{r['name']:34} {r['us']:9.1f} {r['gbs']:7.2f} {r['compile_ms']:10.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        from loopstack.timing import write_records
+        write_records(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
@@ -169,8 +168,8 @@ def main(argv=None) -> int:
         print(f"{name:<10} {r['compile_ms']:10.2f} {r['compile_cpu_ms']:7.2f} {r['gflops']:8.1f} {100 * r['gflops'] / r['peak_gflops']:6.1f}% "
               f"{extra} {r['max_abs_err']:9.1e}", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+        from loopstack.timing import write_records
+        write_records(args.json, records)
     return 0
 
 

@@ -18,7 +18,6 @@ loop per thread: 4 iterations on 3 threads allow 2x; 1024 columns in blocks of 9
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -113,8 +112,8 @@ def main(argv=None) -> int:
         print(f"{name:<12} {rec['gflops_1_thread']:9.1f} {rec['gflops_threads']:10.1f} {rec['speedup']:8.2f}x"
               f" {rec['cpu_ratio']:6.2f} {rec['speedup_bound']:5.2f}x  {rec['identical']}{note}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+        from loopstack.timing import write_records
+        write_records(args.json, records)
     return 0
 
 

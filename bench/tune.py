@@ -28,7 +28,6 @@ would hand one search's winner to the other.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -274,8 +273,8 @@ def main() -> int:
               f"Spearman rho = {rec['spearman']:.2f}")
         records.append(rec)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=2)
+        from loopstack.timing import write_records
+        write_records(args.json, records)
     return 0
 
 

@@ -20,7 +20,6 @@ single-threaded, so that the nodes' candidates do not compete for each other's c
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -148,8 +147,8 @@ def main(argv=None) -> int:
           f"overhead per candidate over the local pool {one['overhead_ms'] - base['overhead_ms']:+.2f} ms "
           f"(vs local: against the mean of the two local runs)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        from loopstack.timing import write_records
+        write_records(args.json, rows)
     return 0
 
 

@@ -18,7 +18,6 @@ and the winning schedule's tensorize request and block.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -125,8 +124,8 @@ def main(argv=None) -> int:
             print(format_table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     print(format_table(rows))
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        from loopstack.timing import write_records
+        write_records(a.json, rows)
     return 0 if all(r["exact"] for r in rows) else 1
 
 

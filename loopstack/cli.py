@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 
 from .errors import LoopstackError
@@ -82,8 +81,8 @@ class InfoCommand:
             records.append({"name": f"peak_fp32_fma_{target.name}", "target": target.name,
                             "cpu": cpu.cpu_brand(), "peak_gflops": gflops})
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(records, f, indent=2)
+            from .timing import write_records
+            write_records(args.json, records)
         return 0
 
 

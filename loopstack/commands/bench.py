@@ -426,10 +426,8 @@ def run(args) -> int:
         print("(network weights and biases are constant inputs: their packed copies are built once, "
               "at the first call)")
     if args.json:
-        import json
-
-        with open(args.json, "w") as f:
-            json.dump([record(r) for r in rows], f, indent=1)
+        from ..timing import write_records
+        write_records(args.json, [record(r) for r in rows])
     if args.plot:
         _plot(rows, peers, args.plot)
     return 0 if all(r["correct"] for r in rows) else 1

@@ -327,9 +327,8 @@ def run(args) -> int:
           "probed beside each round; exact: equal to the peer (onnxruntime, or numpy's int32) bit for bit")
     print(format_table(got))
     if args.json:
-        import json
-        with open(args.json, "w") as f:
-            json.dump([record(r) for r in got], f, indent=1)
+        from ..timing import write_records
+        write_records(args.json, [record(r) for r in got])
     return 0 if all(r["exact"] for r in got) else 1
 
 

@@ -358,8 +358,8 @@ def main(argv=None) -> int:
     rows = bench(args.model, args.rounds, threads=args.threads, peers=peers)
     print(table(rows))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records(rows), f, indent=1)
+        from ..timing import write_records
+        write_records(args.json, records(rows))
     ok = all("max_abs_err" in r and r["max_abs_err"] <= 1e-4 * r["output_scale"] for r in rows)
     return 0 if ok else 1
 

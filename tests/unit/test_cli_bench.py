@@ -179,3 +179,14 @@ def test_percent_of_peak_is_each_rounds_share_of_the_peak_probed_beside_it(monke
     assert row["peak_percent"] == 50.0 and row["peak_gflops"] == 100.0 and row["gflops"] == 50.0
     assert bench.percent_of_peak(row) == 50.0 and "50.0%" in bench.format_table([row], [])
     assert bench.record(row)["peak_percent"] == 50.0
+
+
+def test_bench_records_are_written_as_the_json_convention_says(tmp_path):
+    from loopstack.timing import write_records
+
+    path = tmp_path / "r.json"
+    write_records(str(path), ({"name": "MM-64", "gflops": 1.0} for _ in range(2)))
+    assert json.loads(path.read_text()) == [{"name": "MM-64", "gflops": 1.0}] * 2
+    with pytest.raises(ValueError, match="need a 'name'"):
+        write_records(str(tmp_path / "bad.json"), [{"gflops": 1.0}])
+    assert not (tmp_path / "bad.json").exists()
