@@ -54,6 +54,7 @@ class Emitter:
         self.instance_keys: dict[int, tuple] = {}
         self.versions: dict[str, int] = {}      # buffer -> stores so far in this region
         self._dot_k: dict[int, int] = {}        # id(access) of a Dot operand -> bytes per lane
+        self._instance_loads: dict[tuple, tuple] = {}   # see instance_loads
         self.int = False      # the statement being emitted computes in int32 (see begin)
 
     def begin(self, stmt: Compute) -> None:
@@ -175,16 +176,18 @@ class Emitter:
         if key is None:
             key = self.load_key(access, static, shape)
         regs = self.regs
-        left = regs.uses.get(key, 1) - 1
-        regs.uses[key] = left
-        if key in regs.cache:
-            reg = regs.cache[key]
+        uses = regs.uses
+        left = uses.get(key, 1) - 1
+        uses[key] = left
+        cache = regs.cache
+        reg = cache.get(key)
+        if reg is not None:
             # last use: the register passes to the caller, who frees it — unless an enclosing
             # operand still reads it (pinned); then it stays cached until evicted or flushed
             if left <= 0 and reg not in regs.pinned:
-                del regs.cache[key]
-                return Val(reg=reg, owned=True)
-            return Val(reg=reg, key=key)
+                del cache[key]
+                return Val(reg, None, True)
+            return Val(reg, None, False, key)
         m = self.memory(self._bases[id(access)][1], key[1])     # its key made its _base
         kind, dtype = key[2], key[4]
         # a value used again is kept in a register, unless every cached value is needed before
@@ -193,34 +196,63 @@ class Emitter:
         if foldable and regs.keep_in_memory(key, left):
             operand = self.memory_operand(m, kind, shape, dtype)
             if operand is not None:
-                return Val(mem=operand)
+                return Val(None, operand)
         reg = self.alloc_for(kind)
         self.load_into(reg, m, kind, shape, dtype)
         if left > 0:
-            regs.cache[key] = reg
-            return Val(reg=reg, key=key)
-        return Val(reg=reg, owned=True)
+            cache[key] = reg
+            return Val(reg, None, False, key)
+        return Val(reg, None, True)
 
     def alloc_for(self, kind: str) -> int:
         """A register for a load of `kind` (an instruction set may prefer some registers)."""
         return self.regs.alloc()
 
     # -- expressions -----------------------------------------------------------
-    def count_loads(self, stmt: Compute, static: dict[str, int], shape: Shape, exprs, position: int = 0) -> dict:
-        """Note the loads of one instance (the `position`-th of its region) before emitting it.
-        Returns their load keys by id(access): set as `instance_keys` while the instance is
-        emitted, so that its loads are not keyed twice."""
+    def instance_loads(self, stmt: Compute, memory: bool) -> tuple:
+        """The accesses one instance of `stmt` reads, in evaluation order: its expression's, and
+        for an instance outside a register block (`memory`: it loads and stores its output) its
+        post-op's and a loaded init's. Made once per statement; a Dot's operands are noted then
+        (their lanes are k-byte groups)."""
+        hit = self._instance_loads.get((id(stmt), memory))
+        if hit is None:
+            exprs = [stmt.expr]
+            if memory:
+                if stmt.post is not None:
+                    exprs.append(stmt.post)
+                if isinstance(stmt.init, Load):
+                    exprs.append(stmt.init)
+            for e in exprs:
+                if isinstance(e, Dot):
+                    for x in (e.a, e.b):
+                        self._dot_k[id(x.access)] = e.k
+            hit = self._instance_loads[(id(stmt), memory)] = (stmt, tuple(a for e in exprs for a in expr_loads(e)))
+        return hit[1]
+
+    def count_loads(self, accesses: tuple, static: dict[str, int], shape: Shape, position: int = 0) -> dict:
+        """Note the loads of one instance (the `position`-th of its region; `accesses`: its
+        instance_loads) before emitting it. Returns their load keys by id(access): set as
+        `instance_keys` while the instance is emitted, so that its loads are not keyed twice.
+        (load_key and RegisterFile.note_use, inline: this runs for every load of every instance.)"""
         keys: dict[int, tuple] = {}
-        note_use = self.regs.note_use
-        for e in exprs:
-            if isinstance(e, Dot):      # its operands' lanes are k-byte groups
-                for x in (e.a, e.b):
-                    self._dot_k[id(x.access)] = e.k
-            for acc in expr_loads(e):
-                key = keys.get(id(acc))
-                if key is None:
-                    key = keys[id(acc)] = self.load_key(acc, static, shape)
-                note_use(key, position)
+        regs = self.regs
+        uses, positions = regs.uses, regs.positions
+        forms, versions, integer = self._forms, self.versions, self.int
+        for acc in accesses:
+            key = keys.get(id(acc))
+            if key is None:
+                form = forms.get((id(acc), id(shape)))
+                if form is None:
+                    form = self._load_form(acc, shape)
+                base = form[1]
+                key = keys[id(acc)] = (form[0], base[2] + sum(map(mul, base[6], map(static.get, base[5], base[7]))),
+                                       form[2], form[3], form[4], versions.get(form[5], 0), integer)
+            uses[key] = uses.get(key, 0) + 1
+            seq = positions.get(key)
+            if seq is None:
+                positions[key] = [position]
+            else:
+                seq.append(position)
         return keys
 
     def to_reg(self, val: Val, shape: Shape) -> Val:
@@ -299,13 +331,19 @@ class Emitter:
             self.free(b)
             return
         if stmt.reduce == "add" and isinstance(e, Binary) and e.op == "mul" and not blend:
-            a = self.to_reg(self.eval(e.a, static, shape), shape)
-            self.regs.pinned.add(a.reg)
-            b = self.eval(e.b, static, shape, foldable=True)
+            # eval of a Load is load(), which gives a register unless foldable
+            ea, eb = e.a, e.b
+            a = (self.load(ea.access, static, shape, False) if type(ea) is Load
+                 else self.to_reg(self.eval(ea, static, shape), shape))
+            pinned = self.regs.pinned
+            pinned.add(a.reg)
+            b = self.load(eb.access, static, shape, True) if type(eb) is Load else self.eval(eb, static, shape, None, True)
             self.fma(acc, a.reg, b, shape)
-            self._unpin(a)
-            self.free(a)
-            self.free(b)
+            pinned.discard(a.reg)
+            if a.owned:
+                self.regs.release(a.reg)
+            if b.owned and b.reg is not None:
+                self.regs.release(b.reg)
             return
         val = self.eval(e, static, shape, foldable=not blend)
         if blend:

@@ -159,7 +159,7 @@ class SegmentCompiler:
         self._loop_streams: dict[int, set] = {}
         self._enclosing: dict[int, tuple] | None = None     # id(node) -> loops around it
         self._dims_under: dict[int, tuple] = {}     # id(node) -> dimensions of the loops under it
-        self._sizes: dict[tuple, int] = {}          # see _subtree_size
+        self._sizes: dict[tuple, int] = {}          # see _subtree_size, _block_fits, _max_accumulators
         self.prefetches: list = []      # backend.prefetch plans with a pointer register
         self.body_start = 0             # instructions of the prologue, once compiled
         self.flushes = 0                # flush() calls so far (see _static_iterations)
@@ -173,16 +173,19 @@ class SegmentCompiler:
 
     def _subtree_size(self, node, ranges: dict[str, int]) -> int:
         """analysis.subtree_size, once per node and ranges of the dimensions under it."""
-        dims = self._dims_under.get(id(node))
-        if dims is None:
-            dims = self._dims_under[id(node)] = tuple(
-                {lp.dim: None for lp in _loops_under(node)})
-        key = (id(node), *[ranges.get(d) for d in dims])
+        key = (id(node), *[ranges.get(d) for d in self._dims_of(node)])
         size = self._sizes.get(key)
         if size is None:
             size = self._sizes[key] = subtree_size(self.tree, node, ranges, self.width, self.plan,
                                                    self._subtree_size)
         return size
+
+    def _dims_of(self, node) -> tuple:
+        """The dimensions of the loops under `node` (itself included), once per node."""
+        dims = self._dims_under.get(id(node))
+        if dims is None:
+            dims = self._dims_under[id(node)] = tuple({lp.dim: None for lp in _loops_under(node)})
+        return dims
 
     # -- the function --------------------------------------------------------------
     def compile(self) -> None:
@@ -498,10 +501,24 @@ class SegmentCompiler:
     def _block_fits(self, lp: Loop, stmt: Compute, ctx: Ctx, rng: int) -> bool:
         if stmt.reduce is None or reads_output(stmt):
             return False
-        limit = max_accumulators(self.target, stmt)
-        if block_footprint(self.tree, lp, stmt, ctx.ranges, self.width, limit, self.plan) > limit:
+        limit = self._max_accumulators(stmt)
+        # block_footprint, once per loop and ranges of the dimensions under it (as _subtree_size)
+        key = ("footprint", id(lp), *[ctx.ranges.get(d) for d in self._dims_of(lp)])
+        footprint = self._sizes.get(key)
+        if footprint is None:
+            footprint = self._sizes[key] = block_footprint(self.tree, lp, stmt, ctx.ranges, self.width, limit,
+                                                           self.plan)
+        if footprint > limit:
             return False
         return not self._splits_reduction(lp, stmt, ctx)
+
+    def _max_accumulators(self, stmt: Compute) -> int:
+        """max_accumulators, once per statement."""
+        key = ("max_accumulators", id(stmt))
+        n = self._sizes.get(key)
+        if n is None:
+            n = self._sizes[key] = max_accumulators(self.target, stmt)
+        return n
 
     def _splits_reduction(self, lp: Loop, stmt: Compute, ctx: Ctx) -> bool:
         """Whether `lp` indexes the output above runtime reduction loops: each of its iterations
@@ -584,7 +601,7 @@ class SegmentCompiler:
             return None, 1, 1
         sets = 1
         if (along and stmt.reduce in REDUCE_IDENTITY and n_acc < self.target.accumulators
-                and 2 * n_acc <= max_accumulators(self.target, stmt)):
+                and 2 * n_acc <= self._max_accumulators(stmt)):
             sets = 2
         body = sum(self._subtree_size(n, body_ranges) for n in found.body)
         # a specialised tail does a small share of the work: half the unrolling there
@@ -732,25 +749,25 @@ class SegmentCompiler:
         em.regs.flush_cache()
         versions: dict[str, int] = {}
         snapshots = []          # per instance: (stores so far per buffer, its load keys)
+        count_loads, instance_loads = em.count_loads, em.instance_loads
+        stmt, loads, memory = None, None, None
         for position, ins in enumerate(todo):
             em.versions = versions     # replaced, never changed, at each store: a snapshot
-            exprs = [ins.stmt.expr]
-            if ins.acc is None:
-                if ins.stmt.post is not None:
-                    exprs.append(ins.stmt.post)
-                if isinstance(ins.stmt.init, (Load,)):
-                    exprs.append(ins.stmt.init)
-            snapshots.append((em.versions, em.count_loads(ins.stmt, ins.static, ins.shape, exprs, position)))
-            if ins.acc is None:      # block accumulators are stored after the region
+            if ins.stmt is not stmt or (ins.acc is None) is not memory:
+                stmt, memory = ins.stmt, ins.acc is None
+                loads = instance_loads(stmt, memory)
+            snapshots.append((versions, count_loads(loads, ins.static, ins.shape, position)))
+            if memory:      # block accumulators are stored after the region
                 versions = dict(versions)
-                versions[ins.stmt.out.buffer] = versions.get(ins.stmt.out.buffer, 0) + 1
+                versions[stmt.out.buffer] = versions.get(stmt.out.buffer, 0) + 1
         stmt = None
+        accumulate = em.accumulate
         for ins, (em.versions, em.instance_keys) in zip(todo, snapshots):
             if ins.stmt is not stmt:       # an unrolled run is instances of one statement
                 stmt = ins.stmt
                 em.begin(stmt)
             if ins.acc is not None:
-                em.accumulate(ins.acc, ins.stmt, ins.static, ins.shape, ins.blend)
+                accumulate(ins.acc, stmt, ins.static, ins.shape, ins.blend)
             else:
                 self._memory_instance(ins)
         em.versions = {}

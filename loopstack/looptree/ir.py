@@ -336,10 +336,15 @@ class Compute:
 def map_accesses(stmt: Compute, f) -> Compute:
     """`stmt` with every access (its output and every read) replaced by `f(access)`."""
 
+    # built by the constructors, not dataclasses.replace: the backend's passes map the
+    # statements of every nest they change, on every compile
     def expr(e):
-        if isinstance(e, Load):
+        t = type(e)
+        if t is Load:
             return Load(f(e.access))
-        if isinstance(e, Unary):
+        if t is Binary:
+            return Binary(e.op, expr(e.a), expr(e.b))
+        if t is Unary:
             return Unary(e.op, expr(e.x))
         if isinstance(e, Binary):
             return replace(e, a=expr(e.a), b=expr(e.b))     # a Dot stays a Dot
@@ -348,7 +353,7 @@ def map_accesses(stmt: Compute, f) -> Compute:
     init = stmt.init if isinstance(stmt.init, (str, type(None))) else expr(stmt.init)
     post = None if stmt.post is None else expr(stmt.post)
     requant = None if stmt.requant is None else replace(stmt.requant, scale=expr(stmt.requant.scale))
-    return replace(stmt, out=f(stmt.out), expr=expr(stmt.expr), init=init, post=post, requant=requant)
+    return Compute(stmt.name, f(stmt.out), expr(stmt.expr), stmt.reduce, init, post, requant, stmt.tensorize)
 
 
 @dataclass(frozen=True)
