@@ -331,19 +331,16 @@ class Emitter:
             self.free(b)
             return
         if stmt.reduce == "add" and isinstance(e, Binary) and e.op == "mul" and not blend:
-            # eval of a Load is load(), which gives a register unless foldable
-            ea, eb = e.a, e.b
-            a = (self.load(ea.access, static, shape, False) if type(ea) is Load
-                 else self.to_reg(self.eval(ea, static, shape), shape))
-            pinned = self.regs.pinned
-            pinned.add(a.reg)
-            b = self.load(eb.access, static, shape, True) if type(eb) is Load else self.eval(eb, static, shape, None, True)
+            if type(e.a) is Load and type(e.b) is Load:
+                self._fma_of_loads(acc, e.a.access, e.b.access, static, shape)
+                return
+            a = self.to_reg(self.eval(e.a, static, shape), shape)
+            self.regs.pinned.add(a.reg)
+            b = self.eval(e.b, static, shape, foldable=True)
             self.fma(acc, a.reg, b, shape)
-            pinned.discard(a.reg)
-            if a.owned:
-                self.regs.release(a.reg)
-            if b.owned and b.reg is not None:
-                self.regs.release(b.reg)
+            self._unpin(a)
+            self.free(a)
+            self.free(b)
             return
         val = self.eval(e, static, shape, foldable=not blend)
         if blend:
@@ -351,6 +348,42 @@ class Emitter:
             self.blend_identity(val, stmt.reduce, shape)
         self.arith(stmt.reduce, acc, acc, val, shape)
         self.free(val)
+
+    def _fma_of_loads(self, acc: int, ea: Access, eb: Access, static, shape: Shape) -> None:
+        """accumulate's acc += a * b of two reads, the most common instance of all: the first
+        read as load() would give it (never folded), pinned while the second is read, inline."""
+        regs = self.regs
+        uses, cache, pinned = regs.uses, regs.cache, regs.pinned
+        key = self.instance_keys.get(id(ea))
+        if key is None:
+            key = self.load_key(ea, static, shape)
+        left = uses.get(key, 1) - 1
+        uses[key] = left
+        a = cache.get(key)
+        owned = False
+        if a is not None:
+            if left <= 0 and a not in pinned:
+                del cache[key]
+                owned = True
+        else:
+            a = self.alloc_for(key[2])
+            self.load_into(a, self.memory(self._bases[id(ea)][1], key[1]), key[2], shape, key[4])
+            if left > 0:
+                cache[key] = a
+            else:
+                owned = True
+        pinned[a] = pinned.get(a, 0) + 1
+        b = self.load(eb, static, shape, True)
+        self.fma(acc, a, b, shape)
+        n = pinned[a] - 1
+        if n > 0:
+            pinned[a] = n
+        else:
+            del pinned[a]
+        if owned:
+            regs.release(a)
+        if b.owned and b.reg is not None:
+            regs.release(b.reg)
 
     def zero_safe(self, stmt: Compute, shape: Shape) -> bool:
         """A reduction tail is safe without blending when its lanes past the tail are 0 * x

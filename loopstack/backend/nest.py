@@ -157,6 +157,8 @@ class SegmentCompiler:
         self.pending: list[Instance] = []
         self._plans: dict[int, VectorPlan | None] = {}
         self._loop_streams: dict[int, set] = {}
+        self._loop_deltas: dict[tuple, list] = {}   # see _deltas
+        self._loop_vars: dict[int, str] = {}        # id(loop) -> loop_var(its var)
         self._enclosing: dict[int, tuple] | None = None     # id(node) -> loops around it
         self._dims_under: dict[int, tuple] = {}     # id(node) -> dimensions of the loops under it
         self._sizes: dict[tuple, int] = {}          # see _subtree_size, _block_fits, _max_accumulators
@@ -372,7 +374,10 @@ class SegmentCompiler:
         self._restore(lp, trips_, iterations=blk.factor)
 
     def _with_offset(self, ctx: Ctx, lp: Loop, offset: int, chain: int | None = None) -> Ctx:
-        return ctx.at(lp.dim, loop_var(lp.var), offset, chain)
+        var = self._loop_vars.get(id(lp))
+        if var is None:
+            var = self._loop_vars[id(lp)] = loop_var(lp.var)
+        return ctx.at(lp.dim, var, offset, chain)
 
     def _static_iteration(self, lp: Loop, ctx: Ctx, offset: int, chain: int | None = None) -> None:
         """The body of `lp` at `offset` (updating accumulator set `chain`, if given)."""
@@ -422,7 +427,12 @@ class SegmentCompiler:
 
     def _deltas(self, lp: Loop, per_iteration_elems: int | None = None, iterations: int = 1):
         """(pointer, bytes) to add per `iterations` iterations of `lp`; a stream no statement
-        under `lp` reads or writes stays put (its loops elsewhere move it)."""
+        under `lp` reads or writes stays put (its loops elsewhere move it). Made once per loop
+        and arguments (a runtime loop asks at its end and again to rewind)."""
+        key = (id(lp), per_iteration_elems, iterations)
+        out = self._loop_deltas.get(key)
+        if out is not None:
+            return out
         out = []
         used = self._streams_in(lp)
         for stream, reg in self.em.pointers.items():
@@ -431,6 +441,7 @@ class SegmentCompiler:
             d = loop_delta(dict(stream[1]), lp, per_iteration_elems) * iterations
             if d:
                 out.append((reg, d))
+        self._loop_deltas[key] = out
         return out
 
     def runtime_loop(self, lp: Loop, count: int, body, per_iteration_elems: int | None = None,
@@ -648,34 +659,47 @@ class SegmentCompiler:
         return self._enclosing[id(root)]
 
     def _block_keys(self, chain, stmt, plan, ctx):
-        """(static point, shape) of every accumulator of the block, in emission order."""
+        """(static point, shape) of every accumulator of the block, in emission order (the points
+        the walk's contexts would reach, as plain dicts: see Ctx.at)."""
         keys = []
+        width, dim_size = self.width, self.tree.dim_size
+        scalar = shape_of(False, 1, width, None)
+        along = plan.loop if plan is not None and plan.along_output else None
+        last = len(chain)
 
-        def rec(i, c: Ctx):
-            if i == len(chain):
-                keys.append((c.static, shape_of(False, 1, self.width, None)))
+        def rec(i, static, ranges):
+            if i == last:
+                keys.append((static, scalar))
                 return
             lp = chain[i]
-            rng = c.ranges.get(lp.dim, self.tree.dim_size(lp.dim))
+            dim = lp.dim
+            rng = ranges.get(dim, dim_size(dim))
             if not indexes_output(stmt, lp):
-                c2 = c.child()
-                c2.ranges[lp.dim] = min(lp.step, rng)
-                rec(i + 1, c2)
+                inner = ranges.copy()
+                inner[dim] = min(lp.step, rng)
+                rec(i + 1, static, inner)
                 return
-            if plan is not None and lp is plan.loop and plan.along_output:
-                for off in range(0, rng, self.width):
-                    c2 = self._with_offset(c, lp, off)
-                    keys.append((c2.static, shape_of(True, min(self.width, rng - off), self.width, lp.dim)))
+            var = loop_var(lp.var)
+            base = static.get(dim, 0)
+            if lp is along:
+                for off in range(0, rng, width):
+                    point = static.copy()
+                    point[dim] = base + off
+                    point[var] = off
+                    keys.append((point, shape_of(True, min(width, rng - off), width, dim)))
                 return
             full, tail = trips(rng, lp.step)
             for it in range(full + (1 if tail else 0)):
-                c2 = self._with_offset(c, lp, it * lp.step).child()
-                c2.ranges[lp.dim] = lp.step if it < full else tail
-                rec(i + 1, c2)
+                point = static.copy()
+                point[dim] = base + it * lp.step
+                point[var] = it * lp.step
+                inner = ranges.copy()
+                inner[dim] = lp.step if it < full else tail
+                rec(i + 1, point, inner)
 
-        rec(0, ctx)
+        rec(0, ctx.static, ctx.ranges)
         if plan is not None and not plan.along_output:
-            keys = [(s, shape_of(True, self.width, self.width, plan.loop.dim)) for s, _ in keys]
+            keys = [(s, shape_of(True, width, width, plan.loop.dim)) for s, _ in keys]
         return keys
 
     def _init_accumulator(self, reg, stmt, static, shape, along, fused):
@@ -777,6 +801,11 @@ class SegmentCompiler:
 
     def _memory_instance(self, ins: Instance) -> None:
         em, stmt, static, shape = self.em, ins.stmt, ins.static, ins.shape
+        if stmt.reduce is None and stmt.post is None and stmt.requant is None and type(stmt.expr) is Load:
+            val = em.load(stmt.expr.access, static, shape, False)     # a copy: eval, inline
+            em.store(val.reg, stmt.out, static, shape)
+            em.free(val)
+            return
         if stmt.reduce is None:
             val = em.to_reg(em.eval(stmt.expr, static, shape), shape)
             if stmt.post is not None:

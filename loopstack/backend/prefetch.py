@@ -68,29 +68,41 @@ def prefetch_plans(tree: LoopTree, node, cache_bytes: int) -> list[PrefetchPlan]
     MIN_TILE_BYTES, the loops directly inside A leave it in place for two or more passes, and
     the tiles A and the loops around it sweep exceed `cache_bytes` (they come from memory)."""
     nest = LoopTree(tree.buffers, tree.dims, (node,))
-    ranges = loop_ranges(nest)
+    ranges = None        # the loops' ranges, once some operand has a tile large enough to prefetch
     plans = []
     for stack, stmt in nest.computes():
         if stmt.reduce is None:
             continue
-        counts = [-(-ranges[lp.var][0] // lp.step) for lp in stack]
+        counts = None
         seen = set()
         for acc in stmt.reads():
             bm = byte_map(tree, acc)
             if acc.buffer == stmt.out.buffer or bm.stream in seen:
                 continue
             seen.add(bm.stream)
-            plan = _plan(stmt, stack, counts, bm, cache_bytes)
+            coeffs = dict(bm.coeffs)
+            deltas = [loop_delta(coeffs, lp) for lp in stack]
+            if not _advances(deltas):
+                continue
+            if counts is None:
+                ranges = loop_ranges(nest) if ranges is None else ranges
+                counts = [-(-ranges[lp.var][0] // lp.step) for lp in stack]
+            plan = _plan(stmt, stack, counts, deltas, bm, cache_bytes)
             if plan is not None:
                 plans.append(plan)
     return plans
 
 
-def _plan(stmt: Compute, stack, counts, bm, cache_bytes: int) -> PrefetchPlan | None:
+def _advances(deltas: list[int]) -> bool:
+    """Whether some loop moves the operand on by a tile of MIN_TILE_BYTES that the loop inside it
+    leaves in place (`deltas`: bytes per iteration of each loop)."""
+    return any(deltas[a] >= MIN_TILE_BYTES and deltas[a + 1] == 0 for a in range(len(deltas) - 1))
+
+
+def _plan(stmt: Compute, stack, counts, deltas, bm, cache_bytes: int) -> PrefetchPlan | None:
     """The plan for the innermost advance loop that qualifies (see prefetch_plans), or None;
-    `counts`: the iterations of each loop of `stack`, a partial last one included."""
-    coeffs = dict(bm.coeffs)
-    deltas = [loop_delta(coeffs, lp) for lp in stack]
+    `counts`: the iterations of each loop of `stack`, a partial last one included; `deltas`: the
+    operand's bytes per iteration of each."""
     for a in range(len(stack) - 2, -1, -1):
         if deltas[a] < MIN_TILE_BYTES or deltas[a + 1] != 0:
             continue

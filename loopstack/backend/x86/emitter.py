@@ -38,6 +38,12 @@ __all__ = ["ARITH", "Shape", "Val", "X86Emitter"]
 _MEMS: dict[tuple, Mem] = {}
 _SIZED: dict[tuple, tuple] = {}
 _MEMS_LIMIT = 1 << 15
+# The hottest instructions as the assembler recorded them (Assembler.recorded / again): full
+# float32 vector loads and stores, and FMAs. Keyed by vector bits, register numbers and the
+# identity of the memory operand, which the entry holds (as _MEMS); no rip-relative operand.
+_LOADS: dict[tuple, tuple] = {}
+_STORES: dict[tuple, tuple] = {}
+_FMAS: dict[tuple, tuple] = {}
 
 
 def _keep(table: dict, key: tuple, value):
@@ -185,6 +191,15 @@ class X86Emitter(Emitter):
 
     def load_into(self, reg: int, m: Mem, kind: str, shape: Shape, dtype: str) -> None:
         a = self.asm
+        if dtype == "float32" and kind == "vec" and shape.lanes == shape.width:     # the common case first
+            key = (self.bits, reg, id(m))
+            hit = _LOADS.get(key)
+            if hit is None:
+                a.emit("vmovups", self._full[reg], self.sized(m, self.bits))
+                _keep(_LOADS, key, (a.recorded(), m))
+            else:
+                a.again(hit[0])
+            return
         if dtype in integer.INT_DTYPES:
             if self.int:
                 integer.load_into(self, reg, m, kind, shape, dtype)
@@ -223,6 +238,15 @@ class X86Emitter(Emitter):
         base = self._base(access)
         m = self.memory(base[1], self._displacement(base, static))
         dtype = base[4]
+        if dtype == "float32" and shape.vector and shape.lanes == shape.width:     # the common case first
+            key = (self.bits, reg, id(m))
+            hit = _STORES.get(key)
+            if hit is None:
+                a.emit("vmovups", self.sized(m, self.bits), self._full[reg])
+                _keep(_STORES, key, (a.recorded(), m))
+            else:
+                a.again(hit[0])
+            return
         src = self.v(reg, shape)
         if dtype in integer.INT_DTYPES:
             integer.store(self, reg, m, dtype, shape)
@@ -352,6 +376,17 @@ class X86Emitter(Emitter):
         if self.int:
             integer.fma(self, acc, a, b, shape)
             return
+        if shape.vector:
+            mem = b.mem
+            if mem is None or mem.label is None:            # no rip-relative constant: kept
+                key = (self.bits, acc, a, b.reg if mem is None else id(mem))
+                hit = _FMAS.get(key)
+                if hit is not None and hit[1] is mem:
+                    self.asm.again(hit[0])
+                    return
+                self.asm.emit("vfmadd231ps", self._full[acc], self._full[a], self.operand(b, shape))
+                _keep(_FMAS, key, (self.asm.recorded(), mem))
+                return
         regs = self._full if shape.vector else XMM          # self.v, for the two registers
         self.asm.emit("vfmadd231ps" if shape.vector else "vfmadd231ss", regs[acc], regs[a], self.operand(b, shape))
 

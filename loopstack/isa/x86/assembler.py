@@ -319,6 +319,17 @@ class Assembler:
                 if parts is not None:
                     _remember(_HEADS, key[:-1], parts)
 
+    def recorded(self) -> tuple:
+        """The entry of the instruction emitted last, for `again`."""
+        return self._log[-1]
+
+    def again(self, entry: tuple) -> None:
+        """Emit once more the instruction whose entry `recorded` gave (here or in another
+        assembler): a code generator may keep the entries of its hottest instructions and skip
+        `emit`'s lookups. Only for an instruction with neither a label nor a rip-relative
+        operand: those also note a position to fix up, which their entry does not hold."""
+        self._log.append(entry)
+
     def _position(self) -> int:
         """The position after the last instruction in the branch-free bytes (`_buf`, brought up
         to date here)."""
