@@ -300,19 +300,32 @@ def chain_below(loop: Loop) -> list[Loop]:
 def block_footprint(tree: LoopTree, loop: Loop, stmt: Compute, ranges: dict[str, int],
                     lanes: int, limit: int, plan_of=vector_plan) -> int:
     """Accumulator registers the output block under `loop` needs (stops counting past limit)."""
+    return footprint_of(block_chain(tree, loop, stmt, plan_of), ranges, tree.dim_size, lanes, limit)
+
+
+def block_chain(tree: LoopTree, loop: Loop, stmt: Compute, plan_of=vector_plan) -> tuple:
+    """What block_footprint reads of the chain of loops under `loop`: per loop, (dim, step,
+    whether it indexes the output, whether it is the vectorised loop along the output)."""
     chain = chain_below(loop)
     plan = plan_of(tree, chain[-1])
+    along = plan.loop if plan is not None and plan.along_output else None
+    return tuple((lp.dim, lp.step, indexes_output(stmt, lp), lp is along) for lp in chain)
+
+
+def footprint_of(chain: tuple, ranges: dict[str, int], dim_size, lanes: int, limit: int) -> int:
+    """block_footprint from the loops' block_chain (a caller may keep it) and the ranges here."""
     count = 1
-    rng = dict(ranges)
-    for lp in chain:
-        r = rng.get(lp.dim, tree.dim_size(lp.dim))
-        rng[lp.dim] = min(lp.step, r)
-        if not indexes_output(stmt, lp):
+    narrowed: dict[str, int] = {}        # the chain's dimensions, as its loops narrow them
+    for dim, step, indexes, along in chain:
+        r = narrowed.get(dim)
+        if r is None:
+            r = ranges.get(dim)
+            if r is None:
+                r = dim_size(dim)
+        narrowed[dim] = min(step, r)
+        if not indexes:
             continue
-        if plan is not None and lp is plan.loop and plan.along_output:
-            count *= -(-r // lanes)
-        else:
-            count *= -(-r // lp.step)
+        count *= -(-r // lanes) if along else -(-r // step)
         if count > limit:
             return count
     return count

@@ -150,24 +150,26 @@ class Emitter:
         return "widen" if dtype in NARROW_INTEGERS else "vec"
 
     def _load_form(self, access: Access, shape: Shape) -> tuple:
-        """(pointer number, the access's _base, kind, lanes, dtype, buffer, shape) of a load of
-        `access` as `shape`, made once per both by load_key. Keyed by identity (the walk makes a
-        shape once per value, values.shape_of): `_bases` keeps the access alive, the entry the shape."""
+        """(pointer number, constant bytes, coefficient names, their factors, as many zeros, kind,
+        lanes, dtype, buffer, shape, access) of a load of `access` as `shape`: what its load key
+        takes from both, made once per both by load_key. Keyed by identity (the walk makes a
+        shape once per value, values.shape_of): the entry holds the shape and the access."""
         base = self._base(access)
         kind = self.load_kind(access, shape)
         lanes = shape.lanes if kind in ("vec", "widen") else 0
-        form = self._forms[(id(access), id(shape))] = (base[1].num, base, kind, lanes, base[4], access.buffer, shape)
+        form = self._forms[(id(access), id(shape))] = (base[1].num, base[2], base[5], base[6], base[7], kind, lanes,
+                                                       base[4], access.buffer, shape, access)
         return form
 
     def load_key(self, access: Access, static: dict[str, int], shape: Shape) -> tuple:
         form = self._forms.get((id(access), id(shape)))
         if form is None:
             form = self._load_form(access, shape)
-        num, base, kind, lanes, dtype, buffer, _ = form
+        num, const, names, factors, zeros, kind, lanes, dtype, buffer, _, _ = form
         # the buffer's version changes with every store to it, so a load after a store
         # never hits the cache entry of the value before it; an integer read by a float statement
         # is held converted, so the statement's kind is part of the key
-        return (num, base[2] + sum(map(mul, base[6], map(static.get, base[5], base[7]))), kind, lanes, dtype,
+        return (num, const + sum(map(mul, factors, map(static.get, names, zeros))), kind, lanes, dtype,
                 self.versions.get(buffer, 0), self.int)
 
     def load(self, access: Access, static: dict[str, int], shape: Shape, foldable: bool) -> Val:
@@ -239,14 +241,13 @@ class Emitter:
         uses, positions = regs.uses, regs.positions
         forms, versions, integer = self._forms, self.versions, self.int
         for acc in accesses:
-            key = keys.get(id(acc))
-            if key is None:
-                form = forms.get((id(acc), id(shape)))
-                if form is None:
-                    form = self._load_form(acc, shape)
-                base = form[1]
-                key = keys[id(acc)] = (form[0], base[2] + sum(map(mul, base[6], map(static.get, base[5], base[7]))),
-                                       form[2], form[3], form[4], versions.get(form[5], 0), integer)
+            # an access read twice gets the same key twice (nothing it depends on changes here)
+            form = forms.get((id(acc), id(shape)))
+            if form is None:
+                form = self._load_form(acc, shape)
+            num, const, names, factors, zeros, kind, lanes, dtype, buffer, _, _ = form
+            key = keys[id(acc)] = (num, const + sum(map(mul, factors, map(static.get, names, zeros))), kind, lanes,
+                                   dtype, versions.get(buffer, 0), integer)
             uses[key] = uses.get(key, 0) + 1
             seq = positions.get(key)
             if seq is None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ..errors import ScheduleError, UnsupportedError
 from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Dot, Load, Loop, LoopTree, loop_var, statements
 from .analysis import (
-    VectorPlan, block_footprint, chain_below, indexes_output, loop_delta, perfect_statement,
+    VectorPlan, block_chain, chain_below, footprint_of, indexes_output, loop_delta, perfect_statement,
     reads_output, reduction_loops, subtree_size, trips, uses_heavy_math,
 )
 from .emitter import Emitter
@@ -122,14 +122,14 @@ class Ctx:
                    self.budget)
 
 
-@dataclass(slots=True)
-class Instance:
-    stmt: Compute
-    static: dict[str, int]
-    shape: Shape
-    acc: int | None = None
-    blend: bool = False
-    accs: dict[int, int] | None = None   # the accumulator set `acc` is from: output displacement -> register
+# One statement at one static point, as a plain tuple (the walk collects one per statement per
+# point of the unrolled code, and a tuple is one instruction to build):
+#   (stmt, static point, Shape, accumulator register or None, blend, accumulator set or None,
+#    output displacement)
+# In a register block, the accumulator set maps output displacements to registers (`acc` is its
+# entry for the point) and `blend` says the lanes past a reduction tail must be set to the identity;
+# outside one (acc None), the instance loads and stores its output.
+Instance = tuple
 
 
 def _loops_under(node):
@@ -161,7 +161,8 @@ class SegmentCompiler:
         self._loop_vars: dict[int, str] = {}        # id(loop) -> loop_var(its var)
         self._enclosing: dict[int, tuple] | None = None     # id(node) -> loops around it
         self._dims_under: dict[int, tuple] = {}     # id(node) -> dimensions of the loops under it
-        self._sizes: dict[tuple, int] = {}          # see _subtree_size, _block_fits, _max_accumulators
+        self._sizes: dict[tuple, int] = {}          # see _subtree_size, _max_accumulators
+        self._block_chains: dict[int, tuple] = {}   # id(loop) -> analysis.block_chain
         self.prefetches: list = []      # backend.prefetch plans with a pointer register
         self.body_start = 0             # instructions of the prologue, once compiled
         self.flushes = 0                # flush() calls so far (see _static_iterations)
@@ -175,7 +176,7 @@ class SegmentCompiler:
 
     def _subtree_size(self, node, ranges: dict[str, int]) -> int:
         """analysis.subtree_size, once per node and ranges of the dimensions under it."""
-        key = (id(node), *[ranges.get(d) for d in self._dims_of(node)])
+        key = (id(node), tuple(map(ranges.get, self._dims_of(node))))
         size = self._sizes.get(key)
         if size is None:
             size = self._sizes[key] = subtree_size(self.tree, node, ranges, self.width, self.plan,
@@ -402,17 +403,26 @@ class SegmentCompiler:
     def _moved(self, instances: list[Instance], lp: Loop, delta: int) -> list[Instance]:
         """`instances` collected under an iteration of `lp`, at the iteration `delta` further on."""
         dim, var = lp.dim, loop_var(lp.var)
-        displacement = self.em.displacement
         statics: dict[int, dict[str, int]] = {}     # instances at one point share its dict
+        shifts: dict[int, int] = {}     # id(output access) -> bytes it moves by: its displacement is affine
         out = []
-        for ins in instances:
-            static = statics.get(id(ins.static))
-            if static is None:
-                static = statics[id(ins.static)] = ins.static.copy()
-                static[dim] += delta
-                static[var] += delta
-            acc = None if ins.accs is None else ins.accs[displacement(ins.stmt.out, static)]
-            out.append(Instance(ins.stmt, static, ins.shape, acc, ins.blend, ins.accs))
+        append = out.append
+        for stmt, static, shape, _, blend, accs, disp in instances:
+            point = statics.get(id(static))
+            if point is None:
+                point = statics[id(static)] = static.copy()
+                point[dim] += delta
+                point[var] += delta
+            if accs is None:
+                append((stmt, point, shape, None, blend, None, 0))
+                continue
+            access = stmt.out
+            shift = shifts.get(id(access))
+            if shift is None:
+                shift = shifts[id(access)] = (self.em.displacement(access, point)
+                                              - self.em.displacement(access, static))
+            disp += shift
+            append((stmt, point, shape, accs[disp], blend, accs, disp))
         return out
 
     # -- runtime loops -----------------------------------------------------------------
@@ -513,13 +523,11 @@ class SegmentCompiler:
         if stmt.reduce is None or reads_output(stmt):
             return False
         limit = self._max_accumulators(stmt)
-        # block_footprint, once per loop and ranges of the dimensions under it (as _subtree_size)
-        key = ("footprint", id(lp), *[ctx.ranges.get(d) for d in self._dims_of(lp)])
-        footprint = self._sizes.get(key)
-        if footprint is None:
-            footprint = self._sizes[key] = block_footprint(self.tree, lp, stmt, ctx.ranges, self.width, limit,
-                                                           self.plan)
-        if footprint > limit:
+        # block_footprint, its chain of loops described once per loop
+        chain = self._block_chains.get(id(lp))
+        if chain is None:
+            chain = self._block_chains[id(lp)] = block_chain(self.tree, lp, stmt, self.plan)
+        if footprint_of(chain, ctx.ranges, self.tree.dim_size, self.width, limit) > limit:
             return False
         return not self._splits_reduction(lp, stmt, ctx)
 
@@ -755,9 +763,9 @@ class SegmentCompiler:
             disp = self.em.displacement(stmt.out, ctx.static)
             blend = (not blk.along_output) and shape.masked and not self.em.zero_safe(stmt, shape)
             accs = blk.acc_set(ctx.chain)
-            self.pending.append(Instance(stmt, ctx.static, shape, accs[disp], blend, accs))
+            self.pending.append((stmt, ctx.static, shape, accs[disp], blend, accs, disp))
         else:
-            self.pending.append(Instance(stmt, ctx.static, shape))
+            self.pending.append((stmt, ctx.static, shape, None, False, None, 0))
 
     def flush_cache_only(self) -> None:
         self.flushes += 1
@@ -775,32 +783,32 @@ class SegmentCompiler:
         snapshots = []          # per instance: (stores so far per buffer, its load keys)
         count_loads, instance_loads = em.count_loads, em.instance_loads
         stmt, loads, memory = None, None, None
-        for position, ins in enumerate(todo):
+        for position, (this, static, shape, acc, _, _, _) in enumerate(todo):
             em.versions = versions     # replaced, never changed, at each store: a snapshot
-            if ins.stmt is not stmt or (ins.acc is None) is not memory:
-                stmt, memory = ins.stmt, ins.acc is None
+            if this is not stmt or (acc is None) is not memory:
+                stmt, memory = this, acc is None
                 loads = instance_loads(stmt, memory)
-            snapshots.append((versions, count_loads(loads, ins.static, ins.shape, position)))
+            snapshots.append((versions, count_loads(loads, static, shape, position)))
             if memory:      # block accumulators are stored after the region
                 versions = dict(versions)
                 versions[stmt.out.buffer] = versions.get(stmt.out.buffer, 0) + 1
         stmt = None
         accumulate = em.accumulate
-        for ins, (em.versions, em.instance_keys) in zip(todo, snapshots):
-            if ins.stmt is not stmt:       # an unrolled run is instances of one statement
-                stmt = ins.stmt
+        for (this, static, shape, acc, blend, _, _), (em.versions, em.instance_keys) in zip(todo, snapshots):
+            if this is not stmt:       # an unrolled run is instances of one statement
+                stmt = this
                 em.begin(stmt)
-            if ins.acc is not None:
-                accumulate(ins.acc, stmt, ins.static, ins.shape, ins.blend)
+            if acc is not None:
+                accumulate(acc, stmt, static, shape, blend)
             else:
-                self._memory_instance(ins)
+                self._memory_instance(stmt, static, shape)
         em.versions = {}
         em.instance_keys = {}
         em.regs.flush_cache()
         em.drop_masks()
 
-    def _memory_instance(self, ins: Instance) -> None:
-        em, stmt, static, shape = self.em, ins.stmt, ins.static, ins.shape
+    def _memory_instance(self, stmt: Compute, static: dict[str, int], shape: Shape) -> None:
+        em = self.em
         if stmt.reduce is None and stmt.post is None and stmt.requant is None and type(stmt.expr) is Load:
             val = em.load(stmt.expr.access, static, shape, False)     # a copy: eval, inline
             em.store(val.reg, stmt.out, static, shape)

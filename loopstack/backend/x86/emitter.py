@@ -44,6 +44,9 @@ _MEMS_LIMIT = 1 << 15
 _LOADS: dict[tuple, tuple] = {}
 _STORES: dict[tuple, tuple] = {}
 _FMAS: dict[tuple, tuple] = {}
+# and instructions of interned registers and immediates only, keyed by what names them: zeroed
+# accumulators, pointer steps, the frame's pushes and pops
+_PLAIN: dict[tuple, tuple] = {}
 
 
 def _keep(table: dict, key: tuple, value):
@@ -136,10 +139,18 @@ class X86Emitter(Emitter):
         if self.int:
             integer.load_const(self, reg, value, shape)
             return
-        r = self.v(reg, shape)
         if value == 0.0 and str(value) == "0.0":
-            self.asm.emit("vxorps", r, r, r)
-        elif shape.vector:
+            key = ("vxorps", reg, self.bits if shape.vector else 128)
+            hit = _PLAIN.get(key)
+            if hit is None:
+                r = self.v(reg, shape)
+                self.asm.emit("vxorps", r, r, r)
+                _keep(_PLAIN, key, self.asm.recorded())
+            else:
+                self.asm.again(hit)
+            return
+        r = self.v(reg, shape)
+        if shape.vector:
             self.asm.emit("vmovups", r, self.const(value).with_bits(self.bits))
         else:
             self.asm.emit("vmovss", r, self.const(value).with_bits(32))
@@ -416,24 +427,31 @@ class X86Emitter(Emitter):
         amx.tile_end(self.asm)
 
     # -- the function ---------------------------------------------------------------
+    def _sequence(self, name: str, instructions) -> None:
+        """A fixed run of plain instructions (`instructions()`: (mnemonic, *operands) each), kept
+        under `name`."""
+        entries = _PLAIN.get(name)
+        if entries is None:
+            kept = []
+            for mnemonic, *ops in instructions():
+                self.asm.emit(mnemonic, *ops)
+                kept.append(self.asm.recorded())
+            entries = _keep(_PLAIN, name, tuple(kept))
+        else:
+            for entry in entries:
+                self.asm.again(entry)
+
     def prologue(self, slots: dict[str, int]) -> None:
         a = self.asm
-        for r in CALLEE_SAVED:
-            a.emit("push", r)
-        a.emit("sub", rsp, FRAME)
-        a.emit("mov", rax, rdi)
-        a.emit("mov", Mem(rsp, disp=START_SLOT, bits=64), rsi)
-        a.emit("mov", Mem(rsp, disp=END_SLOT, bits=64), rdx)
+        self._sequence("enter", lambda: [*[("push", r) for r in CALLEE_SAVED], ("sub", rsp, FRAME), ("mov", rax, rdi),
+                                         ("mov", Mem(rsp, disp=START_SLOT, bits=64), rsi),
+                                         ("mov", Mem(rsp, disp=END_SLOT, bits=64), rdx)])
         for s, reg in self.pointers.items():
             a.emit("mov", reg, Mem(rax, disp=8 * slots[s[0]], bits=64))
 
     def epilogue(self) -> None:
-        a = self.asm
-        a.emit("add", rsp, FRAME)
-        for r in reversed(CALLEE_SAVED):
-            a.emit("pop", r)
-        a.emit("vzeroupper")
-        a.emit("ret")
+        self._sequence("leave", lambda: [("add", rsp, FRAME), *[("pop", r) for r in reversed(CALLEE_SAVED)],
+                                         ("vzeroupper",), ("ret",)])
 
     def use_counters(self, registers: list) -> None:
         self.free_gprs = list(registers)
@@ -463,10 +481,20 @@ class X86Emitter(Emitter):
         a.bind(top)
         return c, top
 
+    def _plain(self, mnemonic: str, reg, imm: int) -> None:
+        """`mnemonic reg, imm` for an interned register, kept (see _PLAIN)."""
+        key = (mnemonic, id(reg), imm)
+        hit = _PLAIN.get(key)
+        if hit is None:
+            self.asm.emit(mnemonic, reg, imm)
+            _keep(_PLAIN, key, self.asm.recorded())
+        else:
+            self.asm.again(hit)
+
     def loop_end(self, counter, top, deltas) -> None:
         a = self.asm
         for reg, d in deltas:
-            a.emit("add", reg, d)
+            self._plain("add", reg, d)
         a.emit("dec", counter)
         a.emit("jne", top)
         self._release_counter(counter)
@@ -474,7 +502,7 @@ class X86Emitter(Emitter):
 
     def rewind(self, pointer, total: int) -> None:
         if -2**31 <= total < 2**31:
-            self.asm.emit("sub", pointer, total)
+            self._plain("sub", pointer, total)
         else:
             self.asm.emit("mov", rax, total)
             self.asm.emit("sub", pointer, rax)
