@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..looptree.ir import Access, Buffer, Compute, Const, Load, Loop, LoopTree, reduce_identity, substitute_acc
-from .analysis import block_footprint, indexes_output, perfect_statement, reads_output, reduction_loops, vector_plan
+from .analysis import block_chain, footprint_of, indexes_output, perfect_statement, reads_output, reduction_loops, vector_plan
 from .padding import split_padded_nests, stage_padded_reads
 
 __all__ = ["split_padded_nests", "stage_padded_reads", "split_init_post", "init_post_fusable"]
@@ -46,11 +46,14 @@ def init_post_fusable(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute,
     if callable(max_acc):
         max_acc = max_acc(stmt)
     ranges: dict[str, int] = {}
+    chain, first = None, 0      # block_chain of the outermost candidate; the others' are its suffixes
     for i, lp in enumerate(stack):
         # a register block holds exactly one statement: the loop must enclose nothing else
-        if perfect_statement(lp) is stmt and any(x is red[0] for x in stack[i:]) \
-                and block_footprint(tree, lp, stmt, ranges, lanes, max_acc, plan_of) <= max_acc:
-            return True
+        if perfect_statement(lp) is stmt and any(x is red[0] for x in stack[i:]):
+            if chain is None:
+                chain, first = block_chain(tree, lp, stmt, plan_of), i
+            if footprint_of(chain[i - first:], ranges, tree.dim_size, lanes, max_acc) <= max_acc:
+                return True
         rng = ranges.get(lp.dim, tree.dim_size(lp.dim))
         ranges[lp.dim] = min(lp.step, rng)
     return False
