@@ -264,7 +264,9 @@ def subtree_size(tree: LoopTree, node, ranges: dict[str, int], lanes: int, plan=
         if node.post is not None:
             cost += expr_size(node.post)
         return cost
-    rng = ranges.get(node.dim, tree.dim_size(node.dim))
+    rng = ranges.get(node.dim)
+    if rng is None:
+        rng = tree.dim_size(node.dim)
     inner = dict(ranges)
     inner[node.dim] = min(node.step, rng)
     if size_of is None:

@@ -163,6 +163,7 @@ class SegmentCompiler:
         self._dims_under: dict[int, tuple] = {}     # id(node) -> dimensions of the loops under it
         self._sizes: dict[tuple, int] = {}          # see _subtree_size, _max_accumulators
         self._block_chains: dict[int, tuple] = {}   # id(loop) -> analysis.block_chain
+        self._perfect: dict[int, Compute | None] = {}   # id(loop) -> analysis.perfect_statement
         self.prefetches: list = []      # backend.prefetch plans with a pointer register
         self.body_start = 0             # instructions of the prologue, once compiled
         self.flushes = 0                # flush() calls so far (see _static_iterations)
@@ -246,9 +247,13 @@ class SegmentCompiler:
     def loop(self, lp: Loop, ctx: Ctx) -> None:
         if "parallel" in lp.annotations:
             raise ScheduleError(f"loop {lp.var}: only an outermost loop can run in parallel")
-        rng = ctx.ranges.get(lp.dim, self.tree.dim_size(lp.dim))
+        rng = ctx.ranges.get(lp.dim)
+        if rng is None:
+            rng = self.tree.dim_size(lp.dim)
         if ctx.block is None:
-            stmt = perfect_statement(lp)
+            stmt = self._perfect.get(id(lp), lp)
+            if stmt is lp:
+                stmt = self._perfect[id(lp)] = perfect_statement(lp)
             if stmt is not None and is_tile_statement(stmt):
                 # a tile instruction's accumulators are tiles: the block is the loops from its
                 # reduction down, emitted by the instruction set; the loops above, as any loop
@@ -559,8 +564,7 @@ class SegmentCompiler:
         em.begin(stmt)
         fused = all(lp in chain for lp in reduction_loops(stmt, self._stack_to(root) + tuple(chain)))
         accs: dict[int, int] = {}
-        for static, shape in keys:
-            disp = em.displacement(stmt.out, static)
+        for static, shape, disp in keys:
             if disp in accs:
                 continue
             reg = em.regs.alloc()
@@ -578,8 +582,7 @@ class SegmentCompiler:
         em.begin(stmt)
         if alt is not None:
             self._combine_sets(stmt, keys, accs, alt)
-        for static, shape in keys:
-            disp = em.displacement(stmt.out, static)
+        for static, shape, disp in keys:
             reg = accs.pop(disp, None)
             if reg is None:
                 continue
@@ -633,8 +636,7 @@ class SegmentCompiler:
         """The second accumulator set of a split block, at the reduction's identity."""
         em = self.em
         alt: dict[int, int] = {}
-        for static, shape in keys:
-            disp = em.displacement(stmt.out, static)
+        for _, shape, disp in keys:
             if disp not in alt:
                 alt[disp] = em.regs.alloc()
                 em.load_const(alt[disp], REDUCE_IDENTITY[stmt.reduce],
@@ -643,8 +645,7 @@ class SegmentCompiler:
 
     def _combine_sets(self, stmt: Compute, keys, accs: dict[int, int], alt: dict[int, int]) -> None:
         em = self.em
-        for static, shape in keys:
-            disp = em.displacement(stmt.out, static)
+        for _, shape, disp in keys:
             reg = alt.pop(disp, None)
             if reg is None:
                 continue
@@ -667,8 +668,8 @@ class SegmentCompiler:
         return self._enclosing[id(root)]
 
     def _block_keys(self, chain, stmt, plan, ctx):
-        """(static point, shape) of every accumulator of the block, in emission order (the points
-        the walk's contexts would reach, as plain dicts: see Ctx.at)."""
+        """(static point, shape, output displacement) of every accumulator of the block, in emission
+        order (the points the walk's contexts would reach, as plain dicts: see Ctx.at)."""
         keys = []
         width, dim_size = self.width, self.tree.dim_size
         scalar = shape_of(False, 1, width, None)
@@ -708,7 +709,8 @@ class SegmentCompiler:
         rec(0, ctx.static, ctx.ranges)
         if plan is not None and not plan.along_output:
             keys = [(s, shape_of(True, width, width, plan.loop.dim)) for s, _ in keys]
-        return keys
+        displacement = self.em.displacement
+        return [(s, shape, displacement(stmt.out, s)) for s, shape in keys]
 
     def _init_accumulator(self, reg, stmt, static, shape, along, fused):
         em = self.em
@@ -751,10 +753,7 @@ class SegmentCompiler:
                 raise UnsupportedError(f"statement {stmt.name}: a requantized sum is finished where its "
                                        "reduction ends; keep its reduction loops inside one register block")
             em.requant(reg, stmt, static, shape)
-        self._store(reg, stmt.out, static, shape)
-
-    def _store(self, reg, access, static, shape):
-        self.em.store(reg, access, static, shape)
+        self.em.store(reg, stmt.out, static, shape)
 
     # -- statements -----------------------------------------------------------------------
     def statement(self, stmt: Compute, ctx: Ctx, shape: Shape, along_output: bool = True) -> None:
