@@ -386,6 +386,100 @@ class Emitter:
         if b.owned and b.reg is not None:
             regs.release(b.reg)
 
+    def fma_run(self, stmt: Compute, instances: list) -> bool:
+        """A straight-line region of `stmt`'s register-block instances (nest.Instance tuples), when
+        it is acc += a * b of two float reads and none blends: count_loads and accumulate for each
+        instance, fused into two loops that key each read once (the most common region of all).
+        Emits what count_loads and accumulate would, instance by instance; False (nothing done)
+        for any other region. Called with the load cache just emptied and no store in the region,
+        so every read is at version 0."""
+        e = stmt.expr
+        if (type(e) is not Binary or e.op != "mul" or stmt.reduce != "add" or type(e.a) is not Load
+                or type(e.b) is not Load or self.int or not DTYPES[self.tree.buffer(stmt.out.buffer).dtype].is_float):
+            return False
+        for ins in instances:
+            if ins[0] is not stmt or ins[3] is None or ins[4]:
+                return False
+        ea, eb = e.a.access, e.b.access
+        regs = self.regs
+        uses, positions, cache, pinned = regs.uses, regs.positions, regs.cache, regs.pinned
+        forms = self._forms
+        keys = []
+        for position, (_, static, shape, _, _, _, _) in enumerate(instances):
+            pair = []
+            for acc in (ea, eb):
+                form = forms.get((id(acc), id(shape)))
+                if form is None:
+                    form = self._load_form(acc, shape)
+                num, const, names, factors, zeros, kind, lanes, dtype, _, _, _ = form
+                key = (num, const + sum(map(mul, factors, map(static.get, names, zeros))), kind, lanes, dtype, 0,
+                       False)
+                pair.append(key)
+                uses[key] = uses.get(key, 0) + 1
+                seq = positions.get(key)
+                if seq is None:
+                    positions[key] = [position]
+                else:
+                    seq.append(position)
+            keys.append(pair)
+        self.begin(stmt)
+        pa, pb = self._bases[id(ea)][1], self._bases[id(eb)][1]
+        memory, load_into, alloc_for, fma = self.memory, self.load_into, self.alloc_for, self.fma
+        for (_, _, shape, acc, _, _, _), (ka, kb) in zip(instances, keys):
+            # the first read, as load() gives it (never folded), pinned while the second is read
+            left = uses.get(ka, 1) - 1
+            uses[ka] = left
+            a = cache.get(ka)
+            owned = False
+            if a is not None:
+                if left <= 0 and a not in pinned:
+                    del cache[ka]
+                    owned = True
+            else:
+                a = alloc_for(ka[2])
+                load_into(a, memory(pa, ka[1]), ka[2], shape, ka[4])
+                if left > 0:
+                    cache[ka] = a
+                else:
+                    owned = True
+            pinned[a] = pinned.get(a, 0) + 1
+            # the second, as load(foldable=True) gives it
+            left = uses.get(kb, 1) - 1
+            uses[kb] = left
+            b = cache.get(kb)
+            if b is not None:
+                if left <= 0 and b not in pinned:
+                    del cache[kb]
+                    val = Val(b, None, True)
+                else:
+                    val = Val(b, None, False, kb)
+            else:
+                m = memory(pb, kb[1])
+                operand = None
+                if regs.keep_in_memory(kb, left):
+                    operand = self.memory_operand(m, kb[2], shape, kb[4])
+                if operand is not None:
+                    val = Val(None, operand)
+                else:
+                    b = alloc_for(kb[2])
+                    load_into(b, m, kb[2], shape, kb[4])
+                    if left > 0:
+                        cache[kb] = b
+                        val = Val(b, None, False, kb)
+                    else:
+                        val = Val(b, None, True)
+            fma(acc, a, val, shape)
+            n = pinned[a] - 1
+            if n > 0:
+                pinned[a] = n
+            else:
+                del pinned[a]
+            if owned:
+                regs.release(a)
+            if val.owned and val.reg is not None:
+                regs.release(val.reg)
+        return True
+
     def zero_safe(self, stmt: Compute, shape: Shape) -> bool:
         """A reduction tail is safe without blending when its lanes past the tail are 0 * x
         (a vector load of a tail leaves them 0)."""

@@ -778,6 +778,16 @@ class SegmentCompiler:
         em = self.em
         todo, self.pending = self.pending, []
         em.regs.flush_cache()
+        if not em.fma_run(todo[0][0], todo):
+            self._instances(todo)
+        em.versions = {}
+        em.instance_keys = {}
+        em.regs.flush_cache()
+        em.drop_masks()
+
+    def _instances(self, todo: list[Instance]) -> None:
+        """flush's emission of any region: each instance's loads counted, then each emitted."""
+        em = self.em
         versions: dict[str, int] = {}
         snapshots = []          # per instance: (stores so far per buffer, its load keys)
         count_loads, instance_loads = em.count_loads, em.instance_loads
@@ -801,10 +811,6 @@ class SegmentCompiler:
                 accumulate(acc, stmt, static, shape, blend)
             else:
                 self._memory_instance(stmt, static, shape)
-        em.versions = {}
-        em.instance_keys = {}
-        em.regs.flush_cache()
-        em.drop_masks()
 
     def _memory_instance(self, stmt: Compute, static: dict[str, int], shape: Shape) -> None:
         em = self.em
