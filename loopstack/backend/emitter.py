@@ -480,6 +480,59 @@ class Emitter:
                 regs.release(val.reg)
         return True
 
+    def copy_run(self, stmt: Compute, instances: list) -> bool:
+        """A straight-line region of instances of one plain copy (out = in, in another buffer):
+        count_loads and the copy of each instance fused as fma_run fuses FMAs; False (nothing
+        done) for any other region. Its stores never change the version of what it reads."""
+        e = stmt.expr
+        if (type(e) is not Load or stmt.reduce is not None or stmt.post is not None or stmt.requant is not None
+                or stmt.init is not None or e.access.buffer == stmt.out.buffer):
+            return False
+        for ins in instances:
+            if ins[0] is not stmt or ins[3] is not None:
+                return False
+        src, out = e.access, stmt.out
+        regs = self.regs
+        uses, positions, cache, pinned = regs.uses, regs.positions, regs.cache, regs.pinned
+        forms, integer = self._forms, self.int
+        keys = []
+        for position, (_, static, shape, _, _, _, _) in enumerate(instances):
+            form = forms.get((id(src), id(shape)))
+            if form is None:
+                form = self._load_form(src, shape)
+            num, const, names, factors, zeros, kind, lanes, dtype, _, _, _ = form
+            key = (num, const + sum(map(mul, factors, map(static.get, names, zeros))), kind, lanes, dtype, 0, integer)
+            keys.append(key)
+            uses[key] = uses.get(key, 0) + 1
+            seq = positions.get(key)
+            if seq is None:
+                positions[key] = [position]
+            else:
+                seq.append(position)
+        self.begin(stmt)
+        pointer = self._bases[id(src)][1]
+        for (_, static, shape, _, _, _, _), key in zip(instances, keys):
+            # the read as load() gives it (never folded), stored, given back on its last use
+            left = uses.get(key, 1) - 1
+            uses[key] = left
+            reg = cache.get(key)
+            owned = False
+            if reg is not None:
+                if left <= 0 and reg not in pinned:
+                    del cache[key]
+                    owned = True
+            else:
+                reg = self.alloc_for(key[2])
+                self.load_into(reg, self.memory(pointer, key[1]), key[2], shape, key[4])
+                if left > 0:
+                    cache[key] = reg
+                else:
+                    owned = True
+            self.store(reg, out, static, shape)
+            if owned:
+                regs.release(reg)
+        return True
+
     def zero_safe(self, stmt: Compute, shape: Shape) -> bool:
         """A reduction tail is safe without blending when its lanes past the tail are 0 * x
         (a vector load of a tail leaves them 0)."""

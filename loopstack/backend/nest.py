@@ -778,7 +778,8 @@ class SegmentCompiler:
         em = self.em
         todo, self.pending = self.pending, []
         em.regs.flush_cache()
-        if not em.fma_run(todo[0][0], todo):
+        first = todo[0][0]
+        if not em.fma_run(first, todo) and not em.copy_run(first, todo):
             self._instances(todo)
         em.versions = {}
         em.instance_keys = {}
