@@ -271,6 +271,8 @@ def subtree_size(tree: LoopTree, node, ranges: dict[str, int], lanes: int, plan=
     inner[node.dim] = min(node.step, rng)
     if size_of is None:
         body = sum(subtree_size(tree, n, inner, lanes, plan) for n in node.body)
+    elif len(node.body) == 1:         # most loops: no generator for one child
+        body = size_of(node.body[0], inner)
     else:
         body = sum(size_of(n, inner) for n in node.body)
     n = -(-rng // lanes) if plan(tree, node) is not None else -(-rng // node.step)

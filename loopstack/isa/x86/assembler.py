@@ -50,6 +50,7 @@ def _table_entry(key: tuple, f) -> tuple:
 # then too), so a process pays only for the instructions it uses.
 _TABLE: dict[tuple, tuple] = {}
 _TABLE_MNEMONICS: set[str] = set()      # mnemonics whose entries are in _TABLE
+_LABEL_BRANCHES: set[str] = set()       # mnemonics found to branch to a label operand (see _encode)
 
 
 def _table_get(key: tuple):
@@ -262,6 +263,9 @@ class Assembler:
     def _emit_new(self, mnemonic: str, ops: tuple, table: dict, key: tuple | None) -> None:
         """`emit` for an instruction not found in `table` under `key` (None: it has no key): made
         from its memory template if it has one (and then kept), else encoded."""
+        if len(ops) == 1 and type(ops[0]) is Label and mnemonic in _LABEL_BRANCHES:
+            self._branch(mnemonic, ops[0])       # a branch to a label, as _encode records one
+            return
         heads = _HEADS.get(key[:-1]) if table is _KEPT_MEM else None
         if heads is None:
             if table is _KEPT_MEM:
@@ -301,9 +305,9 @@ class Assembler:
             raise _no_form(mnemonic, ops)
         enc, f, heads, _ = entry
         if enc is None:
-            self._branches.append((self._position(), mnemonic, ops[0]))
-            self._branch_entries.append(len(self._log))
-            self._log.append((b"", (mnemonic, *ops)))
+            if len(ops) == 1 and type(ops[0]) is Label:
+                _LABEL_BRANCHES.add(mnemonic)
+            self._branch(mnemonic, ops[0])
             return
         buf = bytearray()
         fix = enc(buf, ops)
@@ -329,6 +333,12 @@ class Assembler:
         `emit`'s lookups. Only for an instruction with neither a label nor a rip-relative
         operand: those also note a position to fix up, which their entry does not hold."""
         self._log.append(entry)
+
+    def _branch(self, mnemonic: str, label) -> None:
+        """A branch to `label`: no bytes yet, laid out by `bytes()`."""
+        self._branches.append((self._position(), mnemonic, label))
+        self._branch_entries.append(len(self._log))
+        self._log.append((b"", (mnemonic, label)))
 
     def _position(self) -> int:
         """The position after the last instruction in the branch-free bytes (`_buf`, brought up
