@@ -219,7 +219,8 @@ class SegmentCompiler:
                 "pointer registers; stage some inputs (copy_input) to share layouts")
         # operands that stream from beyond L2 get a prefetch pointer, while the loop counters
         # keep registers of their own
-        plans = [p for p in prefetch_plans(self.tree, self.node, self.target.l2) if p.stream not in streams]
+        plans = [p for p in prefetch_plans(self.tree, self.node, self.target.l2, lambda t, a: self.em.bytemap(a))
+                 if p.stream not in streams]
         self.prefetches = plans[:max(0, len(regs) - len(streams) - COUNTER_REGISTERS)]
         pointers = {}
         for s in streams + [p.stream for p in self.prefetches]:

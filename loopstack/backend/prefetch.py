@@ -62,11 +62,12 @@ class PrefetchPlan:
         return self.const + sum(c * static.get(name, 0) for name, c in self.coeffs)
 
 
-def prefetch_plans(tree: LoopTree, node, cache_bytes: int) -> list[PrefetchPlan]:
+def prefetch_plans(tree: LoopTree, node, cache_bytes: int, byte_map=byte_map) -> list[PrefetchPlan]:
     """The prefetch plans of a top-level node: for each reduction statement and each operand it
     reads, when some loop A moves the operand on by a contiguous tile of at least
     MIN_TILE_BYTES, the loops directly inside A leave it in place for two or more passes, and
-    the tiles A and the loops around it sweep exceed `cache_bytes` (they come from memory)."""
+    the tiles A and the loops around it sweep exceed `cache_bytes` (they come from memory).
+    `byte_map` may be a caching replacement taking (tree, access)."""
     nest = LoopTree(tree.buffers, tree.dims, (node,))
     ranges = None        # the loops' ranges, once some operand has a tile large enough to prefetch
     plans = []
