@@ -235,25 +235,12 @@ class Emitter:
         """Note the loads of one instance (the `position`-th of its region; `accesses`: its
         instance_loads) before emitting it. Returns their load keys by id(access): set as
         `instance_keys` while the instance is emitted, so that its loads are not keyed twice.
-        (load_key and RegisterFile.note_use, inline: this runs for every load of every instance.)"""
+        (An access read twice gets the same key twice: nothing it depends on changes here.)"""
         keys: dict[int, tuple] = {}
-        regs = self.regs
-        uses, positions = regs.uses, regs.positions
-        forms, versions, integer = self._forms, self.versions, self.int
+        note_use = self.regs.note_use
         for acc in accesses:
-            # an access read twice gets the same key twice (nothing it depends on changes here)
-            form = forms.get((id(acc), id(shape)))
-            if form is None:
-                form = self._load_form(acc, shape)
-            num, const, names, factors, zeros, kind, lanes, dtype, buffer, _, _ = form
-            key = keys[id(acc)] = (num, const + sum(map(mul, factors, map(static.get, names, zeros))), kind, lanes,
-                                   dtype, versions.get(buffer, 0), integer)
-            uses[key] = uses.get(key, 0) + 1
-            seq = positions.get(key)
-            if seq is None:
-                positions[key] = [position]
-            else:
-                seq.append(position)
+            key = keys[id(acc)] = self.load_key(acc, static, shape)
+            note_use(key, position)
         return keys
 
     def to_reg(self, val: Val, shape: Shape) -> Val:
@@ -332,9 +319,6 @@ class Emitter:
             self.free(b)
             return
         if stmt.reduce == "add" and isinstance(e, Binary) and e.op == "mul" and not blend:
-            if type(e.a) is Load and type(e.b) is Load:
-                self._fma_of_loads(acc, e.a.access, e.b.access, static, shape)
-                return
             a = self.to_reg(self.eval(e.a, static, shape), shape)
             self.regs.pinned.add(a.reg)
             b = self.eval(e.b, static, shape, foldable=True)
@@ -349,42 +333,6 @@ class Emitter:
             self.blend_identity(val, stmt.reduce, shape)
         self.arith(stmt.reduce, acc, acc, val, shape)
         self.free(val)
-
-    def _fma_of_loads(self, acc: int, ea: Access, eb: Access, static, shape: Shape) -> None:
-        """accumulate's acc += a * b of two reads, the most common instance of all: the first
-        read as load() would give it (never folded), pinned while the second is read, inline."""
-        regs = self.regs
-        uses, cache, pinned = regs.uses, regs.cache, regs.pinned
-        key = self.instance_keys.get(id(ea))
-        if key is None:
-            key = self.load_key(ea, static, shape)
-        left = uses.get(key, 1) - 1
-        uses[key] = left
-        a = cache.get(key)
-        owned = False
-        if a is not None:
-            if left <= 0 and a not in pinned:
-                del cache[key]
-                owned = True
-        else:
-            a = self.alloc_for(key[2])
-            self.load_into(a, self.memory(self._bases[id(ea)][1], key[1]), key[2], shape, key[4])
-            if left > 0:
-                cache[key] = a
-            else:
-                owned = True
-        pinned[a] = pinned.get(a, 0) + 1
-        b = self.load(eb, static, shape, True)
-        self.fma(acc, a, b, shape)
-        n = pinned[a] - 1
-        if n > 0:
-            pinned[a] = n
-        else:
-            del pinned[a]
-        if owned:
-            regs.release(a)
-        if b.owned and b.reg is not None:
-            regs.release(b.reg)
 
     def fma_run(self, stmt: Compute, instances: list) -> bool:
         """A straight-line region of `stmt`'s register-block instances (nest.Instance tuples), when
@@ -401,49 +349,16 @@ class Emitter:
             if ins[0] is not stmt or ins[3] is None or ins[4]:
                 return False
         ea, eb = e.a.access, e.b.access
-        regs = self.regs
-        uses, positions, cache, pinned = regs.uses, regs.positions, regs.cache, regs.pinned
-        forms = self._forms
-        keys = []
-        for position, (_, static, shape, _, _, _, _) in enumerate(instances):
-            pair = []
-            for acc in (ea, eb):
-                form = forms.get((id(acc), id(shape)))
-                if form is None:
-                    form = self._load_form(acc, shape)
-                num, const, names, factors, zeros, kind, lanes, dtype, _, _, _ = form
-                key = (num, const + sum(map(mul, factors, map(static.get, names, zeros))), kind, lanes, dtype, 0,
-                       False)
-                pair.append(key)
-                uses[key] = uses.get(key, 0) + 1
-                seq = positions.get(key)
-                if seq is None:
-                    positions[key] = [position]
-                else:
-                    seq.append(position)
-            keys.append(pair)
+        keys = self._run_keys((ea, eb), instances)
         self.begin(stmt)
+        regs = self.regs
+        uses, cache, pinned = regs.uses, regs.cache, regs.pinned
         pa, pb = self._bases[id(ea)][1], self._bases[id(eb)][1]
-        memory, load_into, alloc_for, fma = self.memory, self.load_into, self.alloc_for, self.fma
+        read, memory, load_into, alloc_for, fma = self._read, self.memory, self.load_into, self.alloc_for, self.fma
         for (_, _, shape, acc, _, _, _), (ka, kb) in zip(instances, keys):
-            # the first read, as load() gives it (never folded), pinned while the second is read
-            left = uses.get(ka, 1) - 1
-            uses[ka] = left
-            a = cache.get(ka)
-            owned = False
-            if a is not None:
-                if left <= 0 and a not in pinned:
-                    del cache[ka]
-                    owned = True
-            else:
-                a = alloc_for(ka[2])
-                load_into(a, memory(pa, ka[1]), ka[2], shape, ka[4])
-                if left > 0:
-                    cache[ka] = a
-                else:
-                    owned = True
+            # the first read (never folded), pinned while the second is read as load(foldable=True)
+            a, owned = read(ka, pa, shape)
             pinned[a] = pinned.get(a, 0) + 1
-            # the second, as load(foldable=True) gives it
             left = uses.get(kb, 1) - 1
             uses[kb] = left
             b = cache.get(kb)
@@ -492,46 +407,63 @@ class Emitter:
             if ins[0] is not stmt or ins[3] is not None:
                 return False
         src, out = e.access, stmt.out
+        keys = self._run_keys((src,), instances)
+        self.begin(stmt)
+        pointer = self._bases[id(src)][1]
+        read, store, release = self._read, self.store, self.regs.release
+        for (_, static, shape, _, _, _, _), (key,) in zip(instances, keys):
+            reg, owned = read(key, pointer, shape)
+            store(reg, out, static, shape)
+            if owned:
+                release(reg)
+        return True
+
+    def _run_keys(self, accesses: tuple, instances: list) -> list:
+        """count_loads for a run of instances that read `accesses` with nothing stored between:
+        each instance's load keys (in the order of `accesses`), every read at version 0."""
         regs = self.regs
-        uses, positions, cache, pinned = regs.uses, regs.positions, regs.cache, regs.pinned
+        uses, positions = regs.uses, regs.positions
         forms, integer = self._forms, self.int
         keys = []
         for position, (_, static, shape, _, _, _, _) in enumerate(instances):
-            form = forms.get((id(src), id(shape)))
-            if form is None:
-                form = self._load_form(src, shape)
-            num, const, names, factors, zeros, kind, lanes, dtype, _, _, _ = form
-            key = (num, const + sum(map(mul, factors, map(static.get, names, zeros))), kind, lanes, dtype, 0, integer)
-            keys.append(key)
-            uses[key] = uses.get(key, 0) + 1
-            seq = positions.get(key)
-            if seq is None:
-                positions[key] = [position]
-            else:
-                seq.append(position)
-        self.begin(stmt)
-        pointer = self._bases[id(src)][1]
-        for (_, static, shape, _, _, _, _), key in zip(instances, keys):
-            # the read as load() gives it (never folded), stored, given back on its last use
-            left = uses.get(key, 1) - 1
-            uses[key] = left
-            reg = cache.get(key)
-            owned = False
-            if reg is not None:
-                if left <= 0 and reg not in pinned:
-                    del cache[key]
-                    owned = True
-            else:
-                reg = self.alloc_for(key[2])
-                self.load_into(reg, self.memory(pointer, key[1]), key[2], shape, key[4])
-                if left > 0:
-                    cache[key] = reg
+            own = []
+            for acc in accesses:
+                form = forms.get((id(acc), id(shape)))
+                if form is None:
+                    form = self._load_form(acc, shape)
+                num, const, names, factors, zeros, kind, lanes, dtype, _, _, _ = form
+                key = (num, const + sum(map(mul, factors, map(static.get, names, zeros))), kind, lanes, dtype, 0,
+                       integer)
+                own.append(key)
+                uses[key] = uses.get(key, 0) + 1
+                seq = positions.get(key)
+                if seq is None:
+                    positions[key] = [position]
                 else:
-                    owned = True
-            self.store(reg, out, static, shape)
-            if owned:
-                regs.release(reg)
-        return True
+                    seq.append(position)
+            keys.append(own)
+        return keys
+
+    def _read(self, key: tuple, pointer, shape: Shape) -> tuple[int, bool]:
+        """(register, owned) of a read as load() gives it when it may not be folded: the cached
+        register, or a fresh one loaded from `pointer` (its stream's register) at the key's
+        displacement, kept while uses are left."""
+        regs = self.regs
+        cache, uses = regs.cache, regs.uses
+        left = uses.get(key, 1) - 1
+        uses[key] = left
+        reg = cache.get(key)
+        if reg is not None:
+            if left <= 0 and reg not in regs.pinned:
+                del cache[key]
+                return reg, True
+            return reg, False
+        reg = self.alloc_for(key[2])
+        self.load_into(reg, self.memory(pointer, key[1]), key[2], shape, key[4])
+        if left > 0:
+            cache[key] = reg
+            return reg, False
+        return reg, True
 
     def zero_safe(self, stmt: Compute, shape: Shape) -> bool:
         """A reduction tail is safe without blending when its lanes past the tail are 0 * x
