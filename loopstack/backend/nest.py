@@ -526,9 +526,9 @@ class SegmentCompiler:
 
     # -- register blocks -------------------------------------------------------------------
     def _block_fits(self, lp: Loop, stmt: Compute, ctx: Ctx, rng: int) -> bool:
-        if stmt.reduce is None or reads_output(stmt):
-            return False
         limit = self._max_accumulators(stmt)
+        if not limit:
+            return False
         # block_footprint, its chain of loops described once per loop
         chain = self._block_chains.get(id(lp))
         if chain is None:
@@ -538,11 +538,13 @@ class SegmentCompiler:
         return not self._splits_reduction(lp, stmt, ctx)
 
     def _max_accumulators(self, stmt: Compute) -> int:
-        """max_accumulators, once per statement."""
+        """max_accumulators, once per statement; 0 for a statement no register block can hold
+        (no reduction, or one that reads its own output)."""
         key = ("max_accumulators", id(stmt))
         n = self._sizes.get(key)
         if n is None:
-            n = self._sizes[key] = max_accumulators(self.target, stmt)
+            blockable = stmt.reduce is not None and not reads_output(stmt)
+            n = self._sizes[key] = max_accumulators(self.target, stmt) if blockable else 0
         return n
 
     def _splits_reduction(self, lp: Loop, stmt: Compute, ctx: Ctx) -> bool:
