@@ -423,17 +423,20 @@ class Emitter:
         each instance's load keys (in the order of `accesses`), every read at version 0."""
         regs = self.regs
         uses, positions = regs.uses, regs.positions
-        forms, integer = self._forms, self.int
         keys = []
+        # per shape (a run has one or two: full vectors and a tail), each access's load form as
+        # what varies with the point and the key's fixed tail: (kind, lanes, dtype, version, int)
+        parts_of: dict[int, list] = {}
         for position, (_, static, shape, _, _, _, _) in enumerate(instances):
+            parts = parts_of.get(id(shape))
+            if parts is None:
+                parts = parts_of[id(shape)] = []
+                for acc in accesses:
+                    form = self._forms.get((id(acc), id(shape))) or self._load_form(acc, shape)
+                    parts.append((form[0], form[1], form[2], form[3], form[4], (*form[5:8], 0, self.int)))
             own = []
-            for acc in accesses:
-                form = forms.get((id(acc), id(shape)))
-                if form is None:
-                    form = self._load_form(acc, shape)
-                num, const, names, factors, zeros, kind, lanes, dtype, _, _, _ = form
-                key = (num, const + sum(map(mul, factors, map(static.get, names, zeros))), kind, lanes, dtype, 0,
-                       integer)
+            for num, const, names, factors, zeros, tail in parts:
+                key = (num, const + sum(map(mul, factors, map(static.get, names, zeros)))) + tail
                 own.append(key)
                 uses[key] = uses.get(key, 0) + 1
                 seq = positions.get(key)
