@@ -721,7 +721,10 @@ class SegmentCompiler:
             em.load_const(reg, REDUCE_IDENTITY[stmt.reduce], shape_of(True, self.width, self.width, None))
             return
         if fused and stmt.init is not None:
-            init = Const(REDUCE_IDENTITY[stmt.reduce]) if stmt.init == "identity" else stmt.init
+            if stmt.init == "identity":
+                em.load_const(reg, float(REDUCE_IDENTITY[stmt.reduce]), shape)
+                return
+            init = stmt.init
             if isinstance(init, Const):
                 em.load_const(reg, float(init.value), shape)
                 return
