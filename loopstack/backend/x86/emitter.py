@@ -38,9 +38,10 @@ __all__ = ["ARITH", "Shape", "Val", "X86Emitter"]
 _MEMS: dict[tuple, Mem] = {}
 _SIZED: dict[tuple, tuple] = {}
 _MEMS_LIMIT = 1 << 15
-# The hottest instructions as the assembler recorded them (Assembler.recorded / again): full
-# float32 vector loads and stores, and FMAs. Keyed by vector bits, register numbers and the
-# identity of the memory operand, which the entry holds (as _MEMS); no rip-relative operand.
+# The hottest instructions as the assembler recorded them (Assembler.recorded / again): float32
+# vector loads and stores, and FMAs. Keyed by vector bits (or, for an AVX-512 tail, the number of
+# its opmask register: 1-7, no vector width), register numbers and the identity of the memory
+# operand, which the entry holds (as _MEMS); no rip-relative operand.
 _LOADS: dict[tuple, tuple] = {}
 _STORES: dict[tuple, tuple] = {}
 _FMAS: dict[tuple, tuple] = {}
@@ -240,7 +241,14 @@ class X86Emitter(Emitter):
         elif not shape.masked:
             a.emit("vmovups", self.v(reg, shape), self.sized(m, self.bits))
         elif self.avx512:
-            a.emit("vmovups", vreg(reg, 512).masked(self.mask(shape.lanes), zero=True), self.sized(m, 512))
+            k = self.mask(shape.lanes)
+            key = (k.num, reg, id(m))
+            hit = _LOADS.get(key)
+            if hit is None:
+                a.emit("vmovups", vreg(reg, 512).masked(k, zero=True), self.sized(m, 512))
+                _keep(_LOADS, key, (a.recorded(), m))
+            else:
+                a.again(hit[0])
         else:
             a.emit("vmaskmovps", vreg(reg, 256), self.mask(shape.lanes), self.sized(m, 256))
 
@@ -279,7 +287,14 @@ class X86Emitter(Emitter):
         elif not shape.masked:
             a.emit("vmovups", self.sized(m, self.bits), src)
         elif self.avx512:
-            a.emit("vmovups", self.sized(m, 512).masked(self.mask(shape.lanes)), vreg(reg, 512))
+            k = self.mask(shape.lanes)
+            key = (k.num, reg, id(m))
+            hit = _STORES.get(key)
+            if hit is None:
+                a.emit("vmovups", self.sized(m, 512).masked(k), vreg(reg, 512))
+                _keep(_STORES, key, (a.recorded(), m))
+            else:
+                a.again(hit[0])
         else:
             a.emit("vmaskmovps", self.sized(m, 256), self.mask(shape.lanes), src)
 
