@@ -9,6 +9,7 @@ registers are all taken.
 from __future__ import annotations
 
 import struct
+from operator import mul
 
 from ...errors import UnsupportedError
 from ...isa.x86.operands import (GPR64, K, XMM, YMM, ZMM, Gpr, Mem, Vec, eax, rax, rbp, rbx, rdi, rdx, rsi, rsp,
@@ -254,8 +255,9 @@ class X86Emitter(Emitter):
 
     def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
         a = self.asm
-        base = self._base(access)
-        m = self.memory(base[1], self._displacement(base, static))
+        base = self._bases.get(id(access)) or self._base(access)
+        disp = base[2] + sum(map(mul, base[6], map(static.get, base[5], base[7])))     # _displacement
+        m = _MEMS.get((id(base[1]), disp)) or self.memory(base[1], disp)
         dtype = base[4]
         if dtype == "float32" and shape.vector and shape.lanes == shape.width:     # the common case first
             key = (self.bits, reg, id(m))
