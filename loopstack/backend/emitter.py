@@ -421,13 +421,12 @@ class Emitter:
     def _run_keys(self, accesses: tuple, instances: list) -> list:
         """count_loads for a run of instances that read `accesses` with nothing stored between:
         each instance's load keys (in the order of `accesses`), every read at version 0."""
-        regs = self.regs
-        uses, positions = regs.uses, regs.positions
+        uses = self.regs.uses
         keys = []
         # per shape (a run has one or two: full vectors and a tail), each access's load form as
         # what varies with the point and the key's fixed tail: (kind, lanes, dtype, version, int)
         parts_of: dict[int, list] = {}
-        for position, (_, static, shape, _, _, _, _) in enumerate(instances):
+        for _, static, shape, _, _, _, _ in instances:
             parts = parts_of.get(id(shape))
             if parts is None:
                 parts = parts_of[id(shape)] = []
@@ -439,12 +438,8 @@ class Emitter:
                 key = (num, const + sum(map(mul, factors, map(static.get, names, zeros)))) + tail
                 own.append(key)
                 uses[key] = uses.get(key, 0) + 1
-                seq = positions.get(key)
-                if seq is None:
-                    positions[key] = [position]
-                else:
-                    seq.append(position)
             keys.append(own)
+        self.regs.defer_positions(keys)     # note_use's positions, if the register file fills up
         return keys
 
     def _read(self, key: tuple, pointer, shape: Shape) -> tuple[int, bool]:

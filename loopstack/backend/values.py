@@ -68,15 +68,32 @@ class RegisterFile:
         self.cache: dict[tuple, int] = {}      # load key -> register
         self.uses: dict[tuple, int] = {}       # load key -> remaining uses in this region
         self.positions: dict[tuple, list[int]] = {}   # load key -> positions of all its uses
+        # a run's load keys, per position, whose positions are noted only when one is asked for
+        # (while registers are free, no position is): see defer_positions
+        self._deferred: list | None = None
         self.pinned = PinCounts()
 
     def note_use(self, key: tuple, position: int) -> None:
         self.uses[key] = self.uses.get(key, 0) + 1
         self.positions.setdefault(key, []).append(position)
 
+    def defer_positions(self, keys_per_position: list) -> None:
+        """The uses of a region, by position (each a list of load keys, in order), already counted
+        in `uses`: their positions are noted as note_use would, when first needed."""
+        self._deferred = keys_per_position
+
+    def _note_deferred(self) -> None:
+        positions = self.positions
+        for position, keys in enumerate(self._deferred):
+            for key in keys:
+                positions.setdefault(key, []).append(position)
+        self._deferred = None
+
     def next_use(self, key: tuple, remaining: int | None = None) -> float:
         """Position of the next use of `key` with `remaining` uses left (default: as counted);
         inf when none is left, -1 when its uses were not counted (taken as imminent)."""
+        if self._deferred is not None:
+            self._note_deferred()
         left = self.uses.get(key, 0) if remaining is None else remaining
         seq = self.positions.get(key)
         if seq is None:
@@ -123,5 +140,6 @@ class RegisterFile:
         self.cache.clear()
         self.uses.clear()
         self.positions.clear()
+        self._deferred = None
         self.pinned.clear()
 
