@@ -132,14 +132,6 @@ class Ctx:
 Instance = tuple
 
 
-def _loops_under(node):
-    """The loops of a subtree (the node itself included), in program order."""
-    if isinstance(node, Loop):
-        yield node
-        for n in node.body:
-            yield from _loops_under(n)
-
-
 class SegmentCompiler:
     """One top-level node of a tree as one function, its instructions chosen by `isa` (an
     Emitter subclass) into the assembler `asm`."""
@@ -188,7 +180,16 @@ class SegmentCompiler:
         """The dimensions of the loops under `node` (itself included), once per node."""
         dims = self._dims_under.get(id(node))
         if dims is None:
-            dims = self._dims_under[id(node)] = tuple({lp.dim: None for lp in _loops_under(node)})
+            found: dict[str, None] = {}
+
+            def collect(n):
+                if isinstance(n, Loop):
+                    found[n.dim] = None
+                    for child in n.body:
+                        collect(child)
+
+            collect(node)
+            dims = self._dims_under[id(node)] = tuple(found)
         return dims
 
     # -- the function --------------------------------------------------------------
@@ -409,24 +410,22 @@ class SegmentCompiler:
     def _moved(self, instances: list[Instance], lp: Loop, delta: int) -> list[Instance]:
         """`instances` collected under an iteration of `lp`, at the iteration `delta` further on."""
         dim, var = lp.dim, loop_var(lp.var)
-        statics: dict[int, dict[str, int]] = {}     # instances at one point share its dict
-        shifts: dict[int, int] = {}     # id(output access) -> bytes it moves by: its displacement is affine
+        displacement = self.em.displacement
+        static_was = point = out_was = None     # instances at one point are adjacent and share it
+        shift = 0       # bytes the output moves by (its displacement is affine in the point)
         out = []
         append = out.append
         for stmt, static, shape, _, blend, accs, disp in instances:
-            point = statics.get(id(static))
-            if point is None:
-                point = statics[id(static)] = static.copy()
+            if static is not static_was:
+                static_was, point = static, static.copy()
                 point[dim] += delta
                 point[var] += delta
             if accs is None:
                 append((stmt, point, shape, None, blend, None, 0))
                 continue
-            access = stmt.out
-            shift = shifts.get(id(access))
-            if shift is None:
-                shift = shifts[id(access)] = (self.em.displacement(access, point)
-                                              - self.em.displacement(access, static))
+            if stmt.out is not out_was:
+                out_was = stmt.out
+                shift = displacement(out_was, point) - displacement(out_was, static)
             disp += shift
             append((stmt, point, shape, accs[disp], blend, accs, disp))
         return out
