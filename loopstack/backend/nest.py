@@ -677,6 +677,7 @@ class SegmentCompiler:
         scalar = shape_of(False, 1, width, None)
         along = plan.loop if plan is not None and plan.along_output else None
         last = len(chain)
+        output_vars = [loop_var(lp.var) if indexes_output(stmt, lp) else None for lp in chain]
 
         def rec(i, static, ranges):
             if i == last:
@@ -685,12 +686,12 @@ class SegmentCompiler:
             lp = chain[i]
             dim = lp.dim
             rng = ranges.get(dim, dim_size(dim))
-            if not indexes_output(stmt, lp):
+            var = output_vars[i]
+            if var is None:         # a reduction loop: its first iteration's range
                 inner = ranges.copy()
                 inner[dim] = min(lp.step, rng)
                 rec(i + 1, static, inner)
                 return
-            var = loop_var(lp.var)
             base = static.get(dim, 0)
             if lp is along:
                 for off in range(0, rng, width):
