@@ -94,9 +94,16 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
             plans[key] = plan_of(t, lp)
         return plans[key]
 
+    # (id(enclosing loops), id(statement)) -> needs_split, asked once per place (`outermost`,
+    # below, holds the stacks)
+    splits: dict[tuple, bool] = {}
+
     def needs_split(stack, stmt) -> bool:
-        return (stmt.reduce is not None and (stmt.init is not None or stmt.post is not None)
-                and not init_post_fusable(tree, stack, stmt, lanes, max_acc, plan_once))
+        key = (id(stack), id(stmt))
+        if key not in splits:
+            splits[key] = (stmt.reduce is not None and (stmt.init is not None or stmt.post is not None)
+                           and not init_post_fusable(tree, stack, stmt, lanes, max_acc, plan_once))
+        return splits[key]
 
     # id(loop) -> (enclosing loops, statement) of each statement whose outermost reduction loop
     # it is, in program order: found in one walk, not per loop of the nest
@@ -146,7 +153,8 @@ def split_init_post(tree: LoopTree, lanes: int, max_acc, plan_of=vector_plan) ->
         return out
 
     index(tree.body, ())
-    if not outermost:
+    # most trees fuse every init and post into a register block: then nothing is rebuilt
+    if not any(needs_split(st, s) for found in outermost.values() for st, s in found):
         return tree
     body = rebuild(tree.body, ())
     if len(body) == len(tree.body) and all(a is b for a, b in zip(body, tree.body)):
