@@ -68,6 +68,9 @@ _DEPTHWISE_MAX_ACC = 13  # a depthwise block reuses no loaded vector: more accum
 MAX_BLOCK_VECTORS = 6
 _PACK_MIN_ROWS = 8      # pack B panels when at least this many output rows sweep each one
 _PACK_PANEL = 64 << 10  # the largest packed panel (bytes) left untiled along k
+# the largest packed panel of weights that stream from beyond L2, as a share of L1: the panel, the
+# next one (prefetched during its passes, backend/prefetch.py) and the block's rows of A fit L1
+_STREAMED_PANEL_L1 = 1 / 4
 _L1_SHARE = 7 / 8       # of L1 a stationary weight tile may fill (the input rows take the rest)
 _L2_SHARE = 1 / 4       # of L2 a weight tile streamed from L2 may fill (input and output share it)
 _L2_STREAM = 24         # bytes per cycle a block may stream from L2 (of the 32 the L2 -> L1 path moves)
@@ -301,9 +304,11 @@ def plan(graph, node, tgt) -> Plan:
             pack = bs[0]
             vec_tile = None
             reduce_tile = None
-            if red_elems * vb * _BYTES > _PACK_PANEL:
-                reduce_tile = (red[0], _divisor_at_most(red_elems, _PACK_PANEL // (vb * _BYTES), 8))
-            elif size(row) * red_elems * _BYTES > tgt.l2 and size(vec) % vb == 0:
+            a_in_l2 = size(row) * red_elems * _BYTES <= tgt.l2
+            largest = _packed_panel_bytes(red_elems * size(vec) * _BYTES, a_in_l2, tgt)
+            if red_elems * vb * _BYTES > largest:
+                reduce_tile = (red[0], _divisor_at_most(red_elems, largest // (vb * _BYTES), 8))
+            elif not a_in_l2 and size(vec) % vb == 0:
                 # A's rows do not stay in L2 between panels, so each panel would stream all of A
                 # from L3 again: a vector tile of panels packed together in an L2 share lets
                 # each row block, once in L1, serve every panel of the tile
@@ -338,6 +343,20 @@ def plan(graph, node, tgt) -> Plan:
     order = _clean(order, graph, node)
     out_order = tuple(e for e in order if e[0] not in red)
     return Plan(tuple(order), _clean(list(out_order), graph, node, out), blk, vec, reduce_tile, vec_tile, pack)
+
+
+def _packed_panel_bytes(weight_bytes, a_in_l2, tgt) -> int:
+    """The largest packed matmul panel left untiled along k. Weights that stay in L2 take up to
+    _PACK_PANEL, and so do weights whose A leaves L2 (they are packed in vector tiles of panels
+    instead, see plan). Weights beyond L2 arrive from memory during the first pass over each panel
+    unless the passes before prefetch it, which needs room in L1 for two panels beside the
+    block's rows of A (a smaller panel is also fewer lines per pass); so their panel is a quarter
+    of L1. (Measured on an AVX-512 Xeon, one thread, BERT-base's layer: its 768 x 3072 and
+    3072 x 768 products in 14 x 2 blocks, k tiles of 384-512 rows without prefetch 147 and 143
+    GFLOPS inside the model, tiles of 96 rows prefetched 189 and 175.)"""
+    if weight_bytes <= tgt.l2 or not a_in_l2:
+        return _PACK_PANEL
+    return min(_PACK_PANEL, int(tgt.l1d * _STREAMED_PANEL_L1))
 
 
 def _packable_weights(graph, mult, red, vec, out, tgt):

@@ -502,6 +502,25 @@ def test_convolutions_that_prefetch_their_next_weight_tile_compute_the_same(name
     np.testing.assert_allclose(out, reference(), rtol=1e-4, atol=1e-4)
 
 
+def test_a_dense_layer_that_prefetches_its_next_weight_panel_computes_the_same():
+    """A layer's weights beyond L2 (768 x 768 here: 2.25 MiB), packed in panels that each pass
+    over the one before prefetches; with a bias, four access streams and the prefetch pointer
+    share the general registers with the loop counters. The results match numpy's."""
+    import loopstack as lt
+    from loopstack.tune.defaults import default_schedule
+
+    tgt = dataclasses.replace(get_target(None), l2=2 << 20, cores=1)
+    x, w, b = rand(128, 768, seed=1), rand(768, 768, seed=2), rand(768, seed=3)
+    s = lt.SymbolGenerator()
+    Y = (lt.Tensor(x).to(s.m, s.k) * lt.Tensor(w, constant=True).to(s.k, s.n)).sum(s.k) \
+        + lt.Tensor(b, constant=True).to(s.n)
+    kernel = compile(default_schedule(Y, tgt).lower(), target=tgt)
+    assert "prefetcht0" in kernel.asm()
+    assert_decodes(kernel)
+    (out,) = kernel.run(x, w, b)
+    np.testing.assert_allclose(out, x @ w + b, rtol=1e-4, atol=1e-3)
+
+
 @needs_avx512
 def test_opmasks_set_before_a_loop_survive_the_tails_inside_it():
     """A block's 3-lane mask is set up before its reduction loops; a 1-lane channel tail inside
