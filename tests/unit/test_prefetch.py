@@ -154,3 +154,24 @@ def test_a_dense_layer_whose_weights_stay_in_l2_keeps_whole_panels():
 def _lowered_tree(tree, target):
     lowered, _, segments, _ = emit_x86(tree.lower(), target)
     return lowered, segments
+
+
+def test_a_pass_loop_of_one_iteration_does_not_stop_the_prefetch():
+    """ResNet-18's 3x3/2 convolution to 7 x 7 x 512: its 7-pixel row blocks make the block-row
+    loop one iteration of step 7, whose offset is always 0. The lines per pass must not have to
+    be a multiple of 7 bytes' worth for it (35 lines would exceed the limit; 31 are needed)."""
+    import numpy as np
+
+    import loopstack as lt
+    from loopstack.workloads import conv_tensor
+
+    rng = np.random.default_rng(0)
+    s = lt.SymbolGenerator()
+    X = lt.Tensor(rng.standard_normal((14, 14, 256)).astype(np.float32)).to(s.h, s.w, s.c)
+    W = lt.Tensor(rng.standard_normal((3, 3, 256, 512)).astype(np.float32), constant=True)
+    Y = conv_tensor(X, W.to(s.kr, s.ks, s.c, s.k), s.c, stride=2)
+    tgt = dataclasses.replace(XEON, cores=1)
+    lowered, segments = _lowered_tree(default_schedule(Y, tgt), tgt)
+    (node, plan), = _plans(lowered, tgt.l2)
+    assert plan.lines <= prefetch.MAX_LINES_PER_PASS
+    assert "prefetcht0" in "\n".join(asm.listing() for asm, _ in segments)
