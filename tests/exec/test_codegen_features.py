@@ -521,6 +521,26 @@ def test_a_dense_layer_that_prefetches_its_next_weight_panel_computes_the_same()
     np.testing.assert_allclose(out, x @ w + b, rtol=1e-4, atol=1e-3)
 
 
+def test_a_strided_convolution_whose_row_blocks_are_whole_rows_prefetches_and_computes_the_same():
+    """ResNet-18's 3x3/2 convolution to 7 x 7 x 512 (4.5 MiB of weights): whole 7-pixel rows
+    per block, a block-row loop of one iteration among the pass loops of its prefetch."""
+    import loopstack as lt
+    from loopstack.frontend.run import program
+    from loopstack.tune.defaults import default_schedule
+    from loopstack.workloads import conv_reference, conv_tensor
+
+    tgt = dataclasses.replace(get_target(None), l2=2 << 20, cores=1)
+    x, w = rand(14, 14, 256, seed=1), rand(3, 3, 256, 512, seed=2) * np.float32(0.05)
+    s = lt.SymbolGenerator()
+    Y = conv_tensor(lt.Tensor(x).to(s.h, s.w, s.c), lt.Tensor(w, constant=True).to(s.kr, s.ks, s.c, s.k), s.c,
+                    stride=2)
+    kernel = compile(default_schedule(Y, tgt).lower(), target=tgt)
+    assert "prefetcht0" in kernel.asm()
+    out = empty_aligned(Y.shape, np.float32)
+    kernel(*[r.data for r in program(Y).reads], out)
+    np.testing.assert_allclose(out, conv_reference(x, w, stride=2), rtol=1e-4, atol=1e-3)
+
+
 @needs_avx512
 def test_opmasks_set_before_a_loop_survive_the_tails_inside_it():
     """A block's 3-lane mask is set up before its reduction loops; a 1-lane channel tail inside

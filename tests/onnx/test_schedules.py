@@ -213,6 +213,26 @@ def test_a_max_pool_after_a_relu_pads_with_zeros_and_any_other_with_the_lowest_f
     _check(m, rng.standard_normal((1, 3, 9, 9)).astype(np.float32))
 
 
+@pytest.mark.parametrize("channels", [64, 24])
+def test_a_max_pool_block_spans_whole_pixels(channels):
+    """A pool is bound by reading its input: its block is as wide as the channels (up to four
+    vectors), so that each pass reads whole pixels rather than one line of each, and it still
+    computes what onnxruntime computes (24 channels: a vector tail in the block)."""
+    from loopstack.isa.target import get_target
+
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((channels, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]
+    m = _model(nodes, (1, 3, 30, 30), [("w", w)])
+    pool = lt.onnx.load(m).layers[-1]
+    tree, origin = layer_schedule(pool.tensor, "avx512")
+    lanes = get_target("avx512").lanes()
+    (order,) = [ns.order for i, ns in tree.schedule if tree.graph.reduced(tree.graph.node(i))]
+    assert origin == "default" and order[-1][1] == min(channels, 4 * lanes)
+    _check(m, rng.standard_normal((1, 3, 30, 30)).astype(np.float32))
+
+
 def test_the_input_is_read_in_place_and_each_call_sees_its_contents():
     """A float32, C-contiguous input is read where it lies (no copy): another array, the same
     array changed in place, and inputs that must be copied (float64, a strided view) all give
