@@ -264,3 +264,39 @@ def test_a_prepared_call_repoints_only_plain_inputs_and_checks_the_array():
         call.point(index, np.zeros((2, 40), np.float32))
     with pytest.raises(lt.ArgumentError, match="dtype"):
         call.point(index, np.zeros(shape, np.float64))
+
+
+def _staged_pads(model) -> list:
+    """Per layer, {border key: address} of the zero-bordered copies its prepared call fills."""
+    from loopstack.isa.execmem import ffi
+
+    found = []
+    for L, call in model._calls:
+        lowered = L.kernel.lowered
+        names = [b.name for b in lowered.arguments + lowered.temps]
+        keys = L.kernel._zero_bordered()
+        found.append({k: int(ffi.cast("uintptr_t", call.keep[0].buffers[names.index(n)])) for n, k in keys.items()})
+    return found
+
+
+def test_layers_with_one_border_geometry_fill_one_zero_bordered_buffer():
+    """Three 3x3 convolutions (pads 1) over 8 x 12 x 12: each stages its input into a
+    zero-bordered copy. The layers run one after the other, so the copies share one buffer (in
+    cache from the layer before) and the results are still onnxruntime's: no copy writes the
+    border, so it stays zero whoever filled the buffer last. The 5x5 convolution, whose border
+    is wider, keeps a buffer of its own."""
+    rng = np.random.default_rng(3)
+    inits, nodes, x = [], [], "x"
+    for i, k in enumerate((3, 3, 5, 3)):
+        w = (rng.standard_normal((8, 8, k, k)) * 0.3).astype(np.float32)
+        inits.append((f"w{i}", w))
+        nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[k // 2] * 4))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], ["y" if i == 3 else f"r{i}"]))
+        x = f"r{i}"
+    m = _model(nodes, (1, 8, 12, 12), inits)
+    model = lt.onnx.compile(m, threads=1)
+    pads = [p for p in _staged_pads(model) if p]
+    assert len(pads) == 4
+    three = [next(iter(p.values())) for i, p in enumerate(pads) if i != 2]
+    assert len(set(three)) == 1 and next(iter(pads[2].values())) not in three
+    _check(m, rng.standard_normal((1, 8, 12, 12)).astype(np.float32))
