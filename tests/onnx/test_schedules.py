@@ -300,3 +300,19 @@ def test_layers_with_one_border_geometry_fill_one_zero_bordered_buffer():
     three = [next(iter(p.values())) for i, p in enumerate(pads) if i != 2]
     assert len(set(three)) == 1 and next(iter(pads[2].values())) not in three
     _check(m, rng.standard_normal((1, 8, 12, 12)).astype(np.float32))
+
+
+@pytest.mark.parametrize("shape, perm, tiled", [((64, 3, 20), (1, 2, 0), True), ((128, 12, 64), (1, 2, 0), True),
+                                                ((64, 3, 20), (1, 0, 2), False), ((40, 3, 20), (1, 2, 0), False)])
+def test_a_transpose_that_moves_the_innermost_axis_is_tiled(shape, perm, tiled):
+    """BERT's K^T ([128, 12, 64] -> [12, 64, 128]): one vector of output lanes reads source
+    rows a whole row apart; tiled, the loop over the source's innermost axis runs inside the
+    vector tile loop. A transpose keeping the innermost axis, or whose vector loop has a tail,
+    keeps the default. Each computes what onnxruntime computes."""
+    m = _model([helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))], shape)
+    (layer,) = lt.onnx.load(m).layers
+    tree, _ = layer_schedule(layer.tensor, "avx512")
+    (order,) = {ns.order for i, ns in tree.schedule}
+    vec = order[-1][0]
+    assert (len(order) > 2 and order[-3][0] == vec != order[-2][0] and order[-1][1] == 16) == tiled
+    _check(m, np.random.default_rng(1).standard_normal(shape).astype(np.float32))
