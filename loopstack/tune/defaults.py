@@ -278,7 +278,8 @@ def plan(graph, node, tgt) -> Plan:
             return _direct_conv_plan(graph, node, tgt, red, weights)
     rext = size(row) if row else 1
     blk = choose_block(rext, nvec_total, tgt, depthwise)
-    if _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt):
+    streamed = _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt)
+    if streamed:
         blk = _whole_row_block(rext, nvec_total, tgt) or blk
     if (mult is None or mult.fn != "mul") and len(out) > 2:
         blk = _window_pool_block(rext, nvec_total, tgt) or blk
@@ -322,11 +323,10 @@ def plan(graph, node, tgt) -> Plan:
             pack = bs[0]
             vec_tile = None
             reduce_tile = None
-            a_in_l2 = size(row) * red_elems * _BYTES <= tgt.l2
-            largest = _packed_panel_bytes(red_elems * size(vec) * _BYTES, a_in_l2, tgt)
+            largest = int(tgt.l1d * _STREAMED_PANEL_L1) if streamed else _PACK_PANEL
             if red_elems * vb * _BYTES > largest:
                 reduce_tile = (red[0], _divisor_at_most(red_elems, largest // (vb * _BYTES), 8))
-            elif not a_in_l2 and size(vec) % vb == 0:
+            elif size(row) * red_elems * _BYTES > tgt.l2 and size(vec) % vb == 0:
                 # A's rows do not stay in L2 between panels, so each panel would stream all of A
                 # from L3 again: a vector tile of panels packed together in an L2 share lets
                 # each row block, once in L1, serve every panel of the tile
@@ -364,8 +364,15 @@ def plan(graph, node, tgt) -> Plan:
 
 
 def _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt) -> bool:
-    """A matmul whose constant-shaped B[k, n] will be packed in panels that stream from beyond
-    L2 while A stays in L2 (see plan and _packed_panel_bytes): a network's dense layer."""
+    """A matmul whose B[k, n] is packed in panels (see plan) and leaves L2 while A stays there:
+    a network's dense layer. Its weights arrive from memory during the first pass over each
+    panel unless the passes before prefetch it (backend/prefetch.py), which needs room in L1
+    for two panels beside the block's rows of A (and a smaller panel is fewer lines per pass):
+    so its panel is _STREAMED_PANEL_L1 of L1 where others take up to _PACK_PANEL. (Measured on
+    an AVX-512 Xeon, one thread, BERT-base's layer: its 768 x 3072 and 3072 x 768 products in
+    14 x 2 blocks, k tiles of 384-512 rows without prefetch 147 and 143 GFLOPS inside the
+    model, tiles of 96 rows prefetched 189 and 175.) A whose rows leave L2 is served by vector
+    tiles of panels instead (plan), and keeps _PACK_PANEL."""
     if mult is None or len(red) != 1 or depthwise or row is None or graph.size(vec) <= tgt.lanes():
         return False
     size = graph.size
@@ -389,20 +396,6 @@ def _whole_row_block(row_extent, vec_vectors, tgt):
     # of blocks modelled alike, the narrower: its panel of a given size runs deeper along k, so
     # its accumulators are stored and reloaded fewer times (4 x 6 lost to 8 x 3 above)
     return max(whole, key=lambda b: (round(b.efficiency, 2), -b.nv), default=None)
-
-
-def _packed_panel_bytes(weight_bytes, a_in_l2, tgt) -> int:
-    """The largest packed matmul panel left untiled along k. Weights that stay in L2 take up to
-    _PACK_PANEL, and so do weights whose A leaves L2 (they are packed in vector tiles of panels
-    instead, see plan). Weights beyond L2 arrive from memory during the first pass over each panel
-    unless the passes before prefetch it, which needs room in L1 for two panels beside the
-    block's rows of A (a smaller panel is also fewer lines per pass); so their panel is a quarter
-    of L1. (Measured on an AVX-512 Xeon, one thread, BERT-base's layer: its 768 x 3072 and
-    3072 x 768 products in 14 x 2 blocks, k tiles of 384-512 rows without prefetch 147 and 143
-    GFLOPS inside the model, tiles of 96 rows prefetched 189 and 175.)"""
-    if weight_bytes <= tgt.l2 or not a_in_l2:
-        return _PACK_PANEL
-    return min(_PACK_PANEL, int(tgt.l1d * _STREAMED_PANEL_L1))
 
 
 def _packable_weights(graph, mult, red, vec, out, tgt):
