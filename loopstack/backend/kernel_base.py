@@ -90,9 +90,9 @@ class KernelBase:
         self.check_arguments(arrays)
         self._execute(arrays)
 
-    def bind(self, *arrays: np.ndarray, threads: int | None = None):
+    def bind(self, *arrays: np.ndarray, threads: int | None = None, scratch: dict | None = None):
         """A call on `arrays` as a function of no arguments, checked once here (a kernel
-        without parallel loops ignores `threads`)."""
+        without parallel loops ignores `threads`, one without shareable temps `scratch`)."""
         self.check_arguments(arrays)
         return functools.partial(self._execute, tuple(arrays))
 

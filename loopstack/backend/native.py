@@ -305,13 +305,17 @@ class NativeKernel(KernelBase):
         self._run = self._prepared(arrays)
         self._bound = tuple(arrays)
 
-    def bind(self, *arrays: np.ndarray, threads: int | None = None):
+    def bind(self, *arrays: np.ndarray, threads: int | None = None, scratch: dict | None = None):
         """A call of this kernel on `arrays` prepared once, as a function of no arguments:
         the arrays checked, their pointer block built and the constants packed, in
         intermediates of its own, so that one kernel serves many sets of arrays (the layers
         of a network with the same shapes) without redoing that work at every call. The
         returned function keeps the arrays alive; calling it runs the kernel on them, its
-        parallel loops on `threads` threads (default: `kernel.threads`)."""
+        parallel loops on `threads` threads (default: `kernel.threads`).
+
+        `scratch`: a dict the caller keeps for calls that run one after the other, never at
+        once; the zero-bordered copies of padded inputs (backend.padding.zero_bordered_temps)
+        come from it, one buffer per border geometry shared by every call bound with it."""
         if self.closed:
             raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -323,9 +327,21 @@ class NativeKernel(KernelBase):
             own = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name in self._private}
             temps.append(own)
         shared = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name not in self._private}
+        if scratch is not None:
+            for name, key in self._zero_bordered().items():
+                if name in shared:
+                    shared[name] = scratch.setdefault(key, shared[name])
         for own in temps:
             own.update(shared)
         return self._prepared(tuple(arrays), temps, threads)
+
+    def _zero_bordered(self) -> dict[str, tuple]:
+        found = getattr(self, "_zero_bordered_temps", None)
+        if found is None:
+            from .padding import zero_bordered_temps
+
+            found = self._zero_bordered_temps = zero_bordered_temps(self.lowered)
+        return found
 
     def _prepared(self, arrays, temps=None, threads=None):
         threads = (threads or self.threads) if self._parallel else 1

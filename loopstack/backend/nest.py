@@ -41,7 +41,6 @@ from .prefetch import LINE, prefetch_plans
 from .values import Shape, Val, shape_of
 
 UNROLL_REDUCTION = 2   # iterations per trip of a register block's innermost reduction loop
-COUNTER_REGISTERS = 10  # registers left to loop counters before a prefetch pointer takes one
 
 
 def max_accumulators(target, stmt: Compute) -> int:
@@ -132,6 +131,16 @@ class Ctx:
 Instance = tuple
 
 
+def _counters_needed(node) -> int:
+    """Loop counters a nest can hold open at once, at most: the loops of its deepest path, less
+    the innermost, which is a contraction's vector loop or unrolled in its register block (a
+    prefetch plan is only made for a reduction's operand)."""
+    if not isinstance(node, Loop):
+        return 0
+    below = [_counters_needed(n) + 1 for n in node.body if isinstance(n, Loop)]
+    return max(below, default=0)
+
+
 class SegmentCompiler:
     """One top-level node of a tree as one function, its instructions chosen by `isa` (an
     Emitter subclass) into the assembler `asm`."""
@@ -219,10 +228,11 @@ class SegmentCompiler:
                 f"{len(streams)} distinct access streams in one nest exceed the {len(regs) - 2} "
                 "pointer registers; stage some inputs (copy_input) to share layouts")
         # operands that stream from beyond L2 get a prefetch pointer, while the loop counters
-        # keep registers of their own
+        # keep registers of their own (counters are taken outermost first: one too few would put
+        # the innermost runtime loop's counter on the stack)
         plans = [p for p in prefetch_plans(self.tree, self.node, self.target.l2, lambda t, a: self.em.bytemap(a))
                  if p.stream not in streams]
-        self.prefetches = plans[:max(0, len(regs) - len(streams) - COUNTER_REGISTERS)]
+        self.prefetches = plans[:max(0, len(regs) - len(streams) - _counters_needed(self.node))]
         pointers = {}
         for s in streams + [p.stream for p in self.prefetches]:
             pointers[s] = regs.pop(0)

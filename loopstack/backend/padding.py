@@ -34,7 +34,7 @@ from ..looptree.ir import (
     Access, Affine, Buffer, Compute, Load, Loop, LoopTree, loop_var, map_accesses, statements,
 )
 
-__all__ = ["split_padded_nests", "stage_padded_reads"]
+__all__ = ["split_padded_nests", "stage_padded_reads", "zero_bordered_temps"]
 
 # A nest whose work is bound by memory does fewer operations than this per byte it would stage;
 # a dense convolution does hundreds, its copy is a fraction of a percent of its time, and narrow
@@ -461,3 +461,29 @@ def _index_range(ix: Affine, sizes: dict[str, int]) -> tuple[int, int]:
         lo += min(0, span)
         hi += max(0, span)
     return lo, hi
+
+
+def zero_bordered_temps(tree: LoopTree) -> dict[str, tuple]:
+    """{temp: key} for the temps of a lowered tree that stage_padded_reads made and that are
+    filled in every call (copies of a plain input): the key is the temp's dtype, shape and the
+    boxes its copies write. Whatever no copy writes is the zero border, never written; so two
+    kernels' temps of one key may be one buffer when the kernels run one after the other (the
+    layers of a network: the buffer the last layer filled is still in cache, where a buffer of
+    each layer's own is not)."""
+    sizes = dict(tree.dims)
+    boxes: dict[str, set] = {}
+    other: set[str] = set()
+    for _, stmt in tree.computes():
+        out = stmt.out.buffer
+        src = stmt.expr.access.buffer if isinstance(stmt.expr, Load) and stmt.reduce is None else None
+        if src is None or not stmt.name.endswith("_copy") or tree.buffer(src).kind != "input" \
+                or tree.buffer(src).constant:
+            other.add(out)
+            continue
+        boxes.setdefault(out, set()).add(tuple(_index_range(ix, sizes) for ix in stmt.out.index))
+    found = {}
+    for b in tree.temps:
+        head, _, number = b.name.rpartition("_pad")
+        if head and number.isdigit() and b.name in boxes and b.name not in other:
+            found[b.name] = (b.dtype, b.shape, b.strides, frozenset(boxes[b.name]))
+    return found

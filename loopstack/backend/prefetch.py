@@ -152,6 +152,9 @@ def _pass_coeffs(pass_loops, stride: int) -> dict | None:
     innermost pass loop fastest; None when a loop's step does not divide its stride."""
     out = {}
     for lp, count in reversed(pass_loops):
+        if count == 1:      # one iteration (a block as wide as the row): its offset is always 0
+            out[loop_var(lp.var)] = 0
+            continue
         if stride % lp.step:
             return None
         out[loop_var(lp.var)] = stride // lp.step

@@ -139,9 +139,12 @@ class CompiledModel:
         # it can be (see _take_inputs), instead of a copy of it
         self._readers = {name: [] for name in self.input_names}
         self._pointed = {}
+        # the layers run one after the other: the zero-bordered copies of their padded inputs
+        # share one buffer per border geometry, still in cache from the layer before
+        scratch: dict = {}
         for L in self.layers:
             args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]
-            call = L.kernel.bind(*args, self._store[L.out].reshape(L.shape), threads=n)
+            call = L.kernel.bind(*args, self._store[L.out].reshape(L.shape), threads=n, scratch=scratch)
             self._calls.append((L, call))
             for i, a in enumerate(L.args):
                 if a[0] == "buffer" and a[1].startswith("in:"):

@@ -62,12 +62,17 @@ __all__ = ["default_schedule", "best_known_schedule", "chosen_schedule", "schedu
 
 _BYTES = 4              # fp32
 _LINE = 64
+_POOL_VECTORS = 4       # a pool's block takes up to this many vectors of channels (a 64-float pixel)
 _DEPTHWISE_MAX_ACC = 13  # a depthwise block reuses no loaded vector: more accumulators only add tails
 # vectors across a dense block: a wider one re-reads most of its columns for every row (AVX-512
 # MLP-8x1024: a 2 x 14 block ran at 0.73x a 4 x 6 one); the search space offers no wider either
 MAX_BLOCK_VECTORS = 6
 _PACK_MIN_ROWS = 8      # pack B panels when at least this many output rows sweep each one
 _PACK_PANEL = 64 << 10  # the largest packed panel (bytes) left untiled along k
+# the largest packed panel of weights that stream from beyond L2, as a share of L1: the panel, the
+# next one (prefetched during its passes, backend/prefetch.py) and the block's rows of A fit L1
+_STREAMED_PANEL_L1 = 1 / 4
+_WHOLE_ROWS_SLACK = 0.02  # modelled efficiency a matmul streaming its weights gives up for a block without a row tail
 _L1_SHARE = 7 / 8       # of L1 a stationary weight tile may fill (the input rows take the rest)
 _L2_SHARE = 1 / 4       # of L2 a weight tile streamed from L2 may fill (input and output share it)
 _L2_STREAM = 24         # bytes per cycle a block may stream from L2 (of the 32 the L2 -> L1 path moves)
@@ -196,6 +201,18 @@ def _ranked_blocks(row_extent: int, vec_vectors: int, tgt, depthwise: bool, pack
     return tuple(b for _, b in ranked)
 
 
+def _window_pool_block(row_extent, vec_vectors, tgt):
+    """The block of a pool over windows of channels-last pixels (no product: each input vector
+    is loaded for one max or add), or None: the best-ranked one as wide as the channels, up to
+    _POOL_VECTORS vectors. A pool is bound by reading its input, not by its few operations; a
+    narrower block walks the image once per channel tile and reads one line of each pixel per
+    walk, a stride the prefetchers follow worse than whole pixels. (Measured on an AVX-512 Xeon,
+    one thread, inside the model: ResNet-18's 3x3/2 max pool over 112 x 112 x 64, 12 x 1 blocks
+    245 us, 3 x 4 blocks 183 us; onnxruntime 162 us.)"""
+    wide = min(vec_vectors, _POOL_VECTORS)
+    return next((b for b in rank_blocks(row_extent, vec_vectors, tgt, True) if b.nv == wide), None)
+
+
 def choose_block(row_extent: int, vec_vectors: int, tgt, depthwise=False, packed=False) -> BlockChoice:
     """The (mr, nv) block of best modelled efficiency over the whole output (tails included)."""
     return rank_blocks(row_extent, vec_vectors, tgt, depthwise, packed)[0]
@@ -261,6 +278,11 @@ def plan(graph, node, tgt) -> Plan:
             return _direct_conv_plan(graph, node, tgt, red, weights)
     rext = size(row) if row else 1
     blk = choose_block(rext, nvec_total, tgt, depthwise)
+    streamed = _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt)
+    if streamed:
+        blk = _whole_row_block(rext, nvec_total, tgt) or blk
+    if (mult is None or mult.fn != "mul") and len(out) > 2:
+        blk = _window_pool_block(rext, nvec_total, tgt) or blk
     blk = replace(blk, row=row)
     vb = min(blk.nv * lanes, size(vec))     # a block as wide as a short vector extent takes all of it
     mr = blk.mr
@@ -301,8 +323,9 @@ def plan(graph, node, tgt) -> Plan:
             pack = bs[0]
             vec_tile = None
             reduce_tile = None
-            if red_elems * vb * _BYTES > _PACK_PANEL:
-                reduce_tile = (red[0], _divisor_at_most(red_elems, _PACK_PANEL // (vb * _BYTES), 8))
+            largest = int(tgt.l1d * _STREAMED_PANEL_L1) if streamed else _PACK_PANEL
+            if red_elems * vb * _BYTES > largest:
+                reduce_tile = (red[0], _divisor_at_most(red_elems, largest // (vb * _BYTES), 8))
             elif size(row) * red_elems * _BYTES > tgt.l2 and size(vec) % vb == 0:
                 # A's rows do not stay in L2 between panels, so each panel would stream all of A
                 # from L3 again: a vector tile of panels packed together in an L2 share lets
@@ -338,6 +361,41 @@ def plan(graph, node, tgt) -> Plan:
     order = _clean(order, graph, node)
     out_order = tuple(e for e in order if e[0] not in red)
     return Plan(tuple(order), _clean(list(out_order), graph, node, out), blk, vec, reduce_tile, vec_tile, pack)
+
+
+def _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt) -> bool:
+    """A matmul whose B[k, n] is packed in panels (see plan) and leaves L2 while A stays there:
+    a network's dense layer. Its weights arrive from memory during the first pass over each
+    panel unless the passes before prefetch it (backend/prefetch.py), which needs room in L1
+    for two panels beside the block's rows of A (and a smaller panel is fewer lines per pass):
+    so its panel is _STREAMED_PANEL_L1 of L1 where others take up to _PACK_PANEL. (Measured on
+    an AVX-512 Xeon, one thread, BERT-base's layer: its 768 x 3072 and 3072 x 768 products in
+    14 x 2 blocks, k tiles of 384-512 rows without prefetch 147 and 143 GFLOPS inside the
+    model, tiles of 96 rows prefetched 189 and 175.) A whose rows leave L2 is served by vector
+    tiles of panels instead (plan), and keeps _PACK_PANEL."""
+    if mult is None or len(red) != 1 or depthwise or row is None or graph.size(vec) <= tgt.lanes():
+        return False
+    size = graph.size
+    if not any(_read_vars(graph, x) == {red[0], vec} for x in mult.inputs) or size(row) < _PACK_MIN_ROWS:
+        return False
+    k = size(red[0])
+    return k * size(vec) * _BYTES > tgt.l2 and size(row) * k * _BYTES <= tgt.l2
+
+
+def _whole_row_block(row_extent, vec_vectors, tgt):
+    """For such a matmul, the best-ranked block whose rows divide the row extent, when it is
+    within _WHOLE_ROWS_SLACK of the modelled best; else None. A row tail walks every packed
+    panel once more for its few rows, and the panels arrive from memory. (Measured on an
+    AVX-512 Xeon, one thread, BERT-base's layer inside the model, interleaved: its 128-row
+    products in 14 x 2 blocks with a 2-row tail against 8 x 3 blocks, the layer 13.1 -> 12.1 ms;
+    13 x 2 (an 11-row tail) no better than 14 x 2, 9 x 3 (a 2-row tail) 10 % slower than 8 x 3,
+    4 x 6 3 % slower.)"""
+    ranked = rank_blocks(row_extent, vec_vectors, tgt, packed=True)
+    best = ranked[0].efficiency
+    whole = [b for b in ranked if row_extent % b.mr == 0 and b.efficiency >= best - _WHOLE_ROWS_SLACK]
+    # of blocks modelled alike, the narrower: its panel of a given size runs deeper along k, so
+    # its accumulators are stored and reloaded fewer times (4 x 6 lost to 8 x 3 above)
+    return max(whole, key=lambda b: (round(b.efficiency, 2), -b.nv), default=None)
 
 
 def _packable_weights(graph, mult, red, vec, out, tgt):

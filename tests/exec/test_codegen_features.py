@@ -502,6 +502,45 @@ def test_convolutions_that_prefetch_their_next_weight_tile_compute_the_same(name
     np.testing.assert_allclose(out, reference(), rtol=1e-4, atol=1e-4)
 
 
+def test_a_dense_layer_that_prefetches_its_next_weight_panel_computes_the_same():
+    """A layer's weights beyond L2 (768 x 768 here: 2.25 MiB), packed in panels that each pass
+    over the one before prefetches; with a bias, four access streams and the prefetch pointer
+    share the general registers with the loop counters. The results match numpy's."""
+    import loopstack as lt
+    from loopstack.tune.defaults import default_schedule
+
+    tgt = dataclasses.replace(get_target(None), l2=2 << 20, cores=1)
+    x, w, b = rand(128, 768, seed=1), rand(768, 768, seed=2), rand(768, seed=3)
+    s = lt.SymbolGenerator()
+    Y = (lt.Tensor(x).to(s.m, s.k) * lt.Tensor(w, constant=True).to(s.k, s.n)).sum(s.k) \
+        + lt.Tensor(b, constant=True).to(s.n)
+    kernel = compile(default_schedule(Y, tgt).lower(), target=tgt)
+    assert "prefetcht0" in kernel.asm()
+    assert_decodes(kernel)
+    (out,) = kernel.run(x, w, b)
+    np.testing.assert_allclose(out, x @ w + b, rtol=1e-4, atol=1e-3)
+
+
+def test_a_strided_convolution_whose_row_blocks_are_whole_rows_prefetches_and_computes_the_same():
+    """ResNet-18's 3x3/2 convolution to 7 x 7 x 512 (4.5 MiB of weights): whole 7-pixel rows
+    per block, a block-row loop of one iteration among the pass loops of its prefetch."""
+    import loopstack as lt
+    from loopstack.frontend.run import program
+    from loopstack.tune.defaults import default_schedule
+    from loopstack.workloads import conv_reference, conv_tensor
+
+    tgt = dataclasses.replace(get_target(None), l2=2 << 20, cores=1)
+    x, w = rand(14, 14, 256, seed=1), rand(3, 3, 256, 512, seed=2) * np.float32(0.05)
+    s = lt.SymbolGenerator()
+    Y = conv_tensor(lt.Tensor(x).to(s.h, s.w, s.c), lt.Tensor(w, constant=True).to(s.kr, s.ks, s.c, s.k), s.c,
+                    stride=2)
+    kernel = compile(default_schedule(Y, tgt).lower(), target=tgt)
+    assert "prefetcht0" in kernel.asm()
+    out = empty_aligned(Y.shape, np.float32)
+    kernel(*[r.data for r in program(Y).reads], out)
+    np.testing.assert_allclose(out, conv_reference(x, w, stride=2), rtol=1e-4, atol=1e-3)
+
+
 @needs_avx512
 def test_opmasks_set_before_a_loop_survive_the_tails_inside_it():
     """A block's 3-lane mask is set up before its reduction loops; a 1-lane channel tail inside

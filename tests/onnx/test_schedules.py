@@ -213,6 +213,26 @@ def test_a_max_pool_after_a_relu_pads_with_zeros_and_any_other_with_the_lowest_f
     _check(m, rng.standard_normal((1, 3, 9, 9)).astype(np.float32))
 
 
+@pytest.mark.parametrize("channels", [64, 24])
+def test_a_max_pool_block_spans_whole_pixels(channels):
+    """A pool is bound by reading its input: its block is as wide as the channels (up to four
+    vectors), so that each pass reads whole pixels rather than one line of each, and it still
+    computes what onnxruntime computes (24 channels: a vector tail in the block)."""
+    from loopstack.isa.target import get_target
+
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((channels, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]
+    m = _model(nodes, (1, 3, 30, 30), [("w", w)])
+    pool = lt.onnx.load(m).layers[-1]
+    tree, origin = layer_schedule(pool.tensor, "avx512")
+    lanes = get_target("avx512").lanes()
+    (order,) = [ns.order for i, ns in tree.schedule if tree.graph.reduced(tree.graph.node(i))]
+    assert origin == "default" and order[-1][1] == min(channels, 4 * lanes)
+    _check(m, rng.standard_normal((1, 3, 30, 30)).astype(np.float32))
+
+
 def test_the_input_is_read_in_place_and_each_call_sees_its_contents():
     """A float32, C-contiguous input is read where it lies (no copy): another array, the same
     array changed in place, and inputs that must be copied (float64, a strided view) all give
@@ -244,3 +264,55 @@ def test_a_prepared_call_repoints_only_plain_inputs_and_checks_the_array():
         call.point(index, np.zeros((2, 40), np.float32))
     with pytest.raises(lt.ArgumentError, match="dtype"):
         call.point(index, np.zeros(shape, np.float64))
+
+
+def _staged_pads(model) -> list:
+    """Per layer, {border key: address} of the zero-bordered copies its prepared call fills."""
+    from loopstack.isa.execmem import ffi
+
+    found = []
+    for L, call in model._calls:
+        lowered = L.kernel.lowered
+        names = [b.name for b in lowered.arguments + lowered.temps]
+        keys = L.kernel._zero_bordered()
+        found.append({k: int(ffi.cast("uintptr_t", call.keep[0].buffers[names.index(n)])) for n, k in keys.items()})
+    return found
+
+
+def test_layers_with_one_border_geometry_fill_one_zero_bordered_buffer():
+    """Three 3x3 convolutions (pads 1) over 8 x 12 x 12: each stages its input into a
+    zero-bordered copy. The layers run one after the other, so the copies share one buffer (in
+    cache from the layer before) and the results are still onnxruntime's: no copy writes the
+    border, so it stays zero whoever filled the buffer last. The 5x5 convolution, whose border
+    is wider, keeps a buffer of its own."""
+    rng = np.random.default_rng(3)
+    inits, nodes, x = [], [], "x"
+    for i, k in enumerate((3, 3, 5, 3)):
+        w = (rng.standard_normal((8, 8, k, k)) * 0.3).astype(np.float32)
+        inits.append((f"w{i}", w))
+        nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[k // 2] * 4))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], ["y" if i == 3 else f"r{i}"]))
+        x = f"r{i}"
+    m = _model(nodes, (1, 8, 12, 12), inits)
+    model = lt.onnx.compile(m, threads=1)
+    pads = [p for p in _staged_pads(model) if p]
+    assert len(pads) == 4
+    three = [next(iter(p.values())) for i, p in enumerate(pads) if i != 2]
+    assert len(set(three)) == 1 and next(iter(pads[2].values())) not in three
+    _check(m, rng.standard_normal((1, 8, 12, 12)).astype(np.float32))
+
+
+@pytest.mark.parametrize("shape, perm, tiled", [((64, 3, 20), (1, 2, 0), True), ((128, 12, 64), (1, 2, 0), True),
+                                                ((64, 3, 20), (1, 0, 2), False), ((40, 3, 20), (1, 2, 0), False)])
+def test_a_transpose_that_moves_the_innermost_axis_is_tiled(shape, perm, tiled):
+    """BERT's K^T ([128, 12, 64] -> [12, 64, 128]): one vector of output lanes reads source
+    rows a whole row apart; tiled, the loop over the source's innermost axis runs inside the
+    vector tile loop. A transpose keeping the innermost axis, or whose vector loop has a tail,
+    keeps the default. Each computes what onnxruntime computes."""
+    m = _model([helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))], shape)
+    (layer,) = lt.onnx.load(m).layers
+    tree, _ = layer_schedule(layer.tensor, "avx512")
+    (order,) = {ns.order for i, ns in tree.schedule}
+    vec = order[-1][0]
+    assert (len(order) > 2 and order[-3][0] == vec != order[-2][0] and order[-1][1] == 16) == tiled
+    _check(m, np.random.default_rng(1).standard_normal(shape).astype(np.float32))

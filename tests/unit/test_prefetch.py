@@ -108,3 +108,70 @@ def test_a_tile_that_is_not_contiguous_is_not_prefetched():
     tree = matmul_tree(64, 2048, 2048, (("n", 16), ("k", 256), ("m", 6), ("k", 1), ("m", 1), ("n", 1)))
     lowered, _, _, _ = emit_x86(tree, AVX2)
     assert _plans(lowered, AVX2.l2) == []
+
+
+def _dense_layer(m, k, n, seed=0):
+    """A network's dense layer: rows of activations times constant weights, plus a constant bias
+    (four access streams in one nest)."""
+    import numpy as np
+
+    import loopstack as lt
+
+    rng = np.random.default_rng(seed)
+    s = lt.SymbolGenerator()
+    x = lt.Tensor(rng.standard_normal((m, k)).astype(np.float32)).to(s.m, s.k)
+    w = lt.Tensor(rng.standard_normal((k, n)).astype(np.float32), constant=True).to(s.k, s.n)
+    b = lt.Tensor(rng.standard_normal(n).astype(np.float32), constant=True).to(s.n)
+    return (x * w).sum(s.k) + b
+
+
+@pytest.mark.parametrize("k, n", [(768, 3072), (3072, 768), (768, 768)])
+def test_a_dense_layer_whose_weights_stream_prefetches_panels_that_fit_l1_beside_the_next(k, n):
+    """BERT-base's products (128 rows): the weights leave L2, so each packed panel is read from
+    memory by its first pass unless the passes over the panel before fetch it. The default keeps
+    a panel to a quarter of L1 (it, the next one and the block's rows of A fit there), the
+    prefetch of the next panel takes a pointer register, and the loop counters keep theirs."""
+    Y = _dense_layer(128, k, n)
+    lowered, segments = _lowered_tree(default_schedule(Y, XEON), XEON)
+    (node, plan), = _plans(lowered, XEON.l2)
+    assert lowered.buffer(plan.buffer).kind == "temp"
+    (read,) = [a for a in plan.stmt.reads() if a.buffer == plan.buffer]
+    tile = plan.const - byte_map(lowered, read).const
+    assert 8 << 10 <= tile <= XEON.l1d // 4
+    assert plan.lines <= prefetch.MAX_LINES_PER_PASS
+    listing = "\n".join(asm.listing() for asm, _ in segments)
+    assert "prefetcht0" in listing
+    assert not re.search(r"dec qword ptr \[rsp", listing)       # no counter left on the stack
+
+
+def test_a_dense_layer_whose_weights_stay_in_l2_keeps_whole_panels():
+    Y = _dense_layer(128, 256, 768)                             # 768 KB of weights
+    lowered, segments = _lowered_tree(default_schedule(Y, XEON), XEON)
+    assert _plans(lowered, XEON.l2) == []
+    assert not any("prefetcht0" in asm.listing() for asm, _ in segments)
+
+
+def _lowered_tree(tree, target):
+    lowered, _, segments, _ = emit_x86(tree.lower(), target)
+    return lowered, segments
+
+
+def test_a_pass_loop_of_one_iteration_does_not_stop_the_prefetch():
+    """ResNet-18's 3x3/2 convolution to 7 x 7 x 512: its 7-pixel row blocks make the block-row
+    loop one iteration of step 7, whose offset is always 0. The lines per pass must not have to
+    be a multiple of 7 bytes' worth for it (35 lines would exceed the limit; 31 are needed)."""
+    import numpy as np
+
+    import loopstack as lt
+    from loopstack.workloads import conv_tensor
+
+    rng = np.random.default_rng(0)
+    s = lt.SymbolGenerator()
+    X = lt.Tensor(rng.standard_normal((14, 14, 256)).astype(np.float32)).to(s.h, s.w, s.c)
+    W = lt.Tensor(rng.standard_normal((3, 3, 256, 512)).astype(np.float32), constant=True)
+    Y = conv_tensor(X, W.to(s.kr, s.ks, s.c, s.k), s.c, stride=2)
+    tgt = dataclasses.replace(XEON, cores=1)
+    lowered, segments = _lowered_tree(default_schedule(Y, tgt), tgt)
+    (node, plan), = _plans(lowered, tgt.l2)
+    assert plan.lines <= prefetch.MAX_LINES_PER_PASS
+    assert "prefetcht0" in "\n".join(asm.listing() for asm, _ in segments)
