@@ -295,14 +295,38 @@ def test_layer_shapes_run_on_the_dot_product_instruction(op):
     assert kernels and all(k.tensorized for k in kernels), [k.tensorized for k in kernels]
 
 
-def test_a_sum_the_backend_cannot_requantize_on_its_store_is_requantized_apart():
-    """A 5x5 depthwise layer of 576 channels (MobileNetV3's last blocks): the backend splits
-    its requantized sum over several nests and refuses; the layer stores int32 and requantizes
-    in a statement of its own, with the same bytes as onnxruntime."""
+def _dw576():
+    """A 5x5 depthwise layer of 576 channels over 7x7 (MobileNetV3's last blocks)."""
     p = dict(groups=576, cg=1, kg=1, k=[5, 5], stride=[1, 1], dil=[1, 1], pads=[2, 2, 2, 2], hw=[7, 7],
              x_dt="uint8", w_dt="int8", y_dt="uint8", per_channel=True, w_zp=False, bias=True, batch=1, seed=3)
-    m, inputs = qconv_model(p, np.random.default_rng(3))
-    assert quantized_layers(check_exact(m, inputs))
+    return qconv_model(p, np.random.default_rng(3))
+
+
+def test_a_depthwise_layer_keeps_its_sums_in_registers():
+    """Its int32 sums are a register block of channels by output columns over which the taps
+    run, requantized on their store: no int32 temp holds them between taps."""
+    m, inputs = _dw576()
+    (layer,) = quantized_layers(check_exact(m, inputs))
+    assert not [b.name for b in layer.kernel.lowered.temps if b.dtype == "int32"]
+
+
+def test_a_sum_requantized_apart_has_the_same_bytes():
+    """Where the backend cannot requantize a sum on its store (split over several nests), the
+    layer stores int32 and requantizes in a statement of its own: the same bytes."""
+    from loopstack.backend import compile as compile_tree
+    from loopstack.onnx.qlayers import requant_apart
+
+    m, inputs = _dw576()
+    (layer,) = quantized_layers(lt.onnx.compile(m))
+    tree = layer.kernel.tree
+    apart = compile_tree(requant_apart(tree))
+    assert [b.name for b in apart.lowered.temps if b.dtype == "int32"] == ["S32"]
+    rng = np.random.default_rng(5)
+    args = [a[1] if a[0] == "const" else rng.integers(0, 256, a[2]).astype(np.uint8) for a in layer.args]
+    want, got = (np.zeros(layer.shape, np.uint8) for _ in range(2))
+    layer.kernel(*args, want)
+    apart(*args, got)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_extreme_values_are_exact():

@@ -316,3 +316,29 @@ def test_a_transpose_that_moves_the_innermost_axis_is_tiled(shape, perm, tiled):
     vec = order[-1][0]
     assert (len(order) > 2 and order[-3][0] == vec != order[-2][0] and order[-1][1] == 16) == tiled
     _check(m, np.random.default_rng(1).standard_normal(shape).astype(np.float32))
+
+
+def _conv_hardswish(rng, group=1, stride=1):
+    w = rng.standard_normal((16, 16 // group, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    return _model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=group,
+                                    strides=[stride, stride]),
+                   helper.make_node("HardSwish", ["c"], ["h"]),
+                   # a layer after it: the network's output is written channels-first, a transpose
+                   helper.make_node("GlobalAveragePool", ["h"], ["y"])], (1, 16, 9, 9), [("w", w), ("b", b)])
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_convolutions_hardswish_is_applied_on_its_store(stride):
+    """HardSwish reads the convolution (plus bias) twice: both reads are the accumulator, and
+    the block applies it on its store, dense or depthwise."""
+    rng = np.random.default_rng(3)
+    posts = []
+    for group in (1, 16):
+        m = _conv_hardswish(rng, group, stride)
+        (layer,) = [L for L in lt.onnx.load(m).layers if "HardSwish" in L.name]
+        lowered = layer_schedule(layer.tensor)[0].lower()
+        reds = [s for n in lowered.body for s in statements(n) if s.reduce]
+        posts.append(all(s.post is not None and s.out.buffer == "out" for s in reds))
+        _check(m, rng.standard_normal((1, 16, 9, 9)).astype(np.float32))
+    assert posts == [True, True]

@@ -226,3 +226,21 @@ def test_a_dense_layer_with_a_whole_row_block_computes_the_same():
     tree = default_schedule(Y, dataclasses.replace(get_target(None), l2=2 << 20, cores=1))
     Y.set(tree)
     np.testing.assert_allclose(Y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k, packed", [(96, True), (576, False)])
+def test_a_pointwise_convolution_over_a_small_map_counts_all_its_rows_to_pack(k, packed):
+    """A 1x1 convolution over a 7x7 map has 7 rows of its block's row variable but 49 output
+    rows sweep each weight panel: its weights are packed per panel when the panel fits untiled
+    (K = 96), and not when a panel would be tiled along K (576: the accumulators would be stored
+    and reloaded per tile)."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((7, 7, k)).astype(np.float32)
+    w = (rng.standard_normal((k, 576 if k == 96 else 96)) / np.sqrt(k)).astype(np.float32)
+    s = lt.SymbolGenerator()
+    Y = (lt.Tensor(x).to(s.h, s.w, s.c) * lt.Tensor(w).to(s.c, s.n)).sum(s.c)
+    tree = default_schedule(Y, TARGETS["avx512"])
+    panels = [b for b in tree.lower().temps if len(b.shape) == 2]
+    assert bool(panels) == packed
+    Y.set(tree)
+    np.testing.assert_allclose(Y.numpy(target="interp"), np.einsum("hwc,cn->hwn", x, w), rtol=1e-4, atol=1e-4)

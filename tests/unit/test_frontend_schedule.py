@@ -37,16 +37,26 @@ def test_print_matches_loop_tool_conventions():
     assert "digraph" in C.ir.dot()
 
 
-def test_split_with_tail_and_fused_bias_relu():
+ACTIVATIONS = {"relu": (lt.nn.relu, lambda x: np.maximum(x, 0), 1),
+               # HardSwish reads its argument twice (x * clip(x / 6 + 1/2, 0, 1)): both reads are
+               # the accumulator, so the whole epilogue is applied on the store
+               "hardswish": (lt.nn.hardswish, lambda x: x * np.clip(x / 6 + 0.5, 0, 1), 2)}
+
+
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+def test_split_with_tail_and_fused_bias_activation(act):
+    fn, ref, reads = ACTIVATIONS[act]
     a, b, c = r(10, 7), r(7, 9), r(9)
     s = lt.SymbolGenerator()
     C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k)
-    D = lt.nn.relu(C + lt.Tensor(c).to(s.n))
+    D = fn(C + lt.Tensor(c).to(s.n))
     t = D.loop_tree.split(0, 4).split(3, 4)
     ir = t.lower()
     (stmt,) = [c for _, c in ir.computes()]
-    assert stmt.post is not None and stmt.out.buffer == "out"   # bias + relu on the store
-    np.testing.assert_allclose(run_tree(D, t), np.maximum(a @ b + c, 0), 1e-4, 1e-4)
+    assert stmt.post is not None and stmt.out.buffer == "out"   # bias + activation on the store
+    assert str(stmt.post).count("acc") == reads
+    for target in ("interp", None):
+        np.testing.assert_allclose(run_tree(D, t, target), ref(a @ b + c), 1e-4, 1e-4)
 
 
 def test_pure_mutations_and_actions_replay():

@@ -123,6 +123,16 @@ def test_the_split_is_kept_for_memory_bound_nests_only():
     assert nests("MBV3-C64") == 0          # a 12x12 image: copying it costs less than two more nests
 
 
+def test_a_first_layer_convolution_over_few_channels_is_split():
+    # a 3-channel 224x224 image under a 3x3/2 window: 18 operations per byte of the image, whose
+    # copy into a padded temp costs a sixth of the convolution; split, only its top row and
+    # left column read padding
+    tree = conv2d_tree(1, 3, 224, 224, 16, 3, 3, stride=2, padding=1, layout="NHWC")
+    assert len(split_padded_nests(tree).body) == 3
+    deep = conv2d_tree(1, 64, 56, 56, 64, 3, 3, padding=1, layout="NHWC")
+    assert split_padded_nests(deep) is deep        # hundreds per byte: the copy is noise
+
+
 def test_dense_convolution_split_computes_the_same():
     tree = conv2d_tree(1, 3, 7, 8, 4, 3, 3, padding=1, layout="NHWC")
     split = split_padded_nests(tree, always=True)
