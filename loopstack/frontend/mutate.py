@@ -359,6 +359,29 @@ def increase_reuse(tree: LoopTree, ref: int) -> LoopTree:
 
 def annotate(tree: LoopTree, ref: int, kind: str) -> LoopTree:
     """Mark a loop "unroll", "vectorize" or "parallel" ("" clears)."""
+    leaves, f = _annotation(tree, ref, kind)
+    return tree._with(sched=_rewrite(tree, leaves, f), action=Action("annotate", (ref, kind)))
+
+
+def annotate_loops(tree: LoopTree, refs, kind: str) -> LoopTree:
+    """`annotate(tree, ref, kind)` for each of `refs` in turn, made as one tree: an annotation
+    moves no loop, so each ref names the same loop throughout, and the actions recorded are
+    those of the annotations one by one. A schedule generator annotating several nests thus
+    builds no tree in between. Raises what the first refused annotation raises; the trees in
+    between are not checked on their own (check_annotations), only the last one."""
+    s = dict(tree._sched)
+    actions = []
+    for ref in refs:
+        leaves, f = _annotation(tree, ref, kind)
+        for i in leaves:
+            s[i] = f(i, s[i])
+        actions.append(Action("annotate", (ref, kind)))
+    return tree._with(sched=s, actions=actions)
+
+
+def _annotation(tree: LoopTree, ref: int, kind: str):
+    """(the nodes under loop `ref`, their schedules' rewrite) of annotating it `kind`, or the
+    ScheduleError saying why the loop cannot be."""
     it = tree.loop(ref)
     if kind not in ANNOTATIONS + ("",):
         raise ScheduleError(f"annotate L{ref}: unknown annotation {kind!r} (expected one of "
@@ -381,7 +404,7 @@ def annotate(tree: LoopTree, ref: int, kind: str) -> LoopTree:
         ann = tuple((x, a) for x, a in ns.annotations if x != d) + (((d, kind),) if kind else ())
         return replace(ns, annotations=tuple(sorted(ann)))
 
-    return tree._with(sched=_rewrite(tree, it.leaves, f), action=Action("annotate", (ref, kind)))
+    return it.leaves, f
 
 
 def set_order(tree: LoopTree, node_id: int, order) -> LoopTree:

@@ -217,8 +217,11 @@ class LoopTree:
         self._deps, self._shifted = _dependencies or dependencies(graph)
         checked = _checked or {}
         for n in graph.nodes:
-            if n.op in SCHEDULED and checked.get(n.id) is not self._sched[n.id]:
-                check_order(graph, n, self._sched[n.id].order)
+            if n.op in SCHEDULED:
+                ns, before = self._sched[n.id], checked.get(n.id)
+                # an order checked before over this graph stays valid (annotate, reuse changes)
+                if before is None or (before is not ns and before.order != ns.order):
+                    check_order(graph, n, ns.order)
         # the loops and refs (_BUILT) are built on first use, by __getattr__: a schedule generator
         # chains mutations whose intermediate trees nobody looks at
 
@@ -226,7 +229,10 @@ class LoopTree:
     def _build(self):
         g, sched = self.graph, self._sched
         self.sequence = sequence(g, sched, self._deps)
-        reduces = {i: set(g.reduced(g.node(i))) for i in self.sequence}
+        reducers: dict[str, list] = {}      # var -> the nodes reducing over it
+        for i in self.sequence:
+            for v in g.reduced(g.node(i)):
+                reducers.setdefault(v, []).append(i)
         trans: dict[int, set] = {}
         for i in self.sequence:        # transitive dependencies
             t = set(self._deps[i])
@@ -239,15 +245,18 @@ class LoopTree:
         self._paths: dict[int, list] = {}
         for i in self.sequence:
             ns = sched[i]
+            before, shifted = trans[i], self._shifted[i].items()
             k = 0
             while k < len(open_path) and k < len(ns.order):
                 L = open_path[k]
                 if L["entry"] != ns.order[k] or k in ns.disabled:
                     break
-                v = L["entry"][0]
-                if any(v in reduces[j] for j in L["nodes"] if j in trans[i]):
+                v, inside = L["entry"][0], L["nodes"]
+                # not a loop over a var that a node inside it, which this one depends on, reduces
+                if any(j in inside and j in before for j in reducers.get(v, ())):
                     break
-                if any(v in self._shifted[i].get(j, ()) for j in L["nodes"]):
+                # nor one over a var along which this node reads a node inside it shifted
+                if any(v in vs and j in inside for j, vs in shifted):
                     break
                 k += 1
             path = open_path[:k]
@@ -397,10 +406,11 @@ class LoopTree:
         return hash(self.key())
 
     # ------------------------------------------------------------------ mutations
-    def _with(self, graph=None, sched=None, action=None) -> "LoopTree":
+    def _with(self, graph=None, sched=None, action=None, actions=()) -> "LoopTree":
+        """The tree after a mutation recorded as `action` (or as several, `actions`)."""
         g = graph if graph is not None else self.graph
         s = sched if sched is not None else self._sched
-        acts = self.actions + ((action,) if action is not None else ())
+        acts = self.actions + ((action,) if action is not None else ()) + tuple(actions)
         same = g is self.graph
         tree = LoopTree(g, tuple(s.items()), acts, (self._deps, self._shifted) if same else None,
                         self._sched if same else None)

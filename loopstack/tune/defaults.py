@@ -614,9 +614,10 @@ def parallelize(tree):
     (see the module doc); loops that cannot run in parallel are left as they are."""
     from ..errors import ScheduleError
     from ..frontend.graph import SCHEDULED
-    from ..frontend.mutate import annotate
+    from ..frontend.mutate import _annotation, annotate, annotate_loops
 
     g = tree.graph
+    chosen = []
     for n in g.nodes:
         if n.op not in SCHEDULED or not g.reduced(n) or n.id not in tree._leaf:
             continue
@@ -625,11 +626,24 @@ def parallelize(tree):
             continue
         outer = tree.loop(path[0])
         var, count, tail = outer.entry
-        if outer.annotation or count + (1 if tail else 0) < 2 or _nest_flops(g, outer.leaves) < PARALLEL_MIN_FLOPS:
+        if outer.annotation or outer.ref in chosen or count + (1 if tail else 0) < 2 \
+                or _nest_flops(g, outer.leaves) < PARALLEL_MIN_FLOPS:
             continue
         try:
-            tree = annotate(tree, outer.ref, "parallel")
+            _annotation(tree, outer.ref, "parallel")
         except ScheduleError:      # a reduction outermost (a channel tile): stays serial
+            continue
+        chosen.append(outer.ref)
+    if not chosen:
+        return tree
+    try:
+        return annotate_loops(tree, chosen, "parallel")      # one tree for every nest
+    except ScheduleError:
+        pass
+    for ref in chosen:       # one of them is refused by the whole tree's check: each on its own
+        try:
+            tree = annotate(tree, ref, "parallel")
+        except ScheduleError:
             continue
     return tree
 
