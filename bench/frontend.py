@@ -1,6 +1,6 @@
 """Frontend speed: Python expression -> callable kernel, and the per-call overhead of a cached program.
 
-    python bench/frontend.py [--json FILE] [--target interp|x86] [--reps N]
+    python bench/frontend.py [--json FILE] [--target avx512|avx2|interp|x86] [--reps N] [--first-runs N]
 
 Programs: a 512^3 matmul, the paper's CONV-2, and the paper's four MLPs (3 x (linear + bias +
 relu), constant weights), each with its generated default schedule.
@@ -13,16 +13,26 @@ first_call_ms (mm512 and MLP-8x256 only): building the program, scheduling it an
 `T.numpy()` in a fresh Python process (after `import loopstack`, the data made), minus the same
 once warm with the compile cache cleared: what a process pays once for imports, tables and
 first-time set-up beyond the steady-state compile (first_call_cpu_ms: in the process's CPU time).
-import_ms: `import loopstack` in that process. Bytecode caching follows the environment: with
-PYTHONDONTWRITEBYTECODE set and no __pycache__, every import also compiles its sources.
+import_ms: `import loopstack` in that process.
+
+The first call is measured with every module's bytecode cached, as an installed package has it
+(pip compiles the .pyc files at install), whatever the environment says: the children run with a
+pycache prefix of their own (PYTHONPYCACHEPREFIX, a temporary directory), filled before they are
+timed by `compileall` of the package and one untimed child (which caches what else the first
+call imports: numpy's and the standard library's modules). first_call_nocache_ms is the same
+with loopstack's own modules compiled from source in every child (a checkout run with
+PYTHONDONTWRITEBYTECODE, or its first run), the other modules' bytecode still cached
+(first_call_nocache_cpu_ms: its CPU time).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -100,18 +110,39 @@ print((t1 - t0) * 1e3, (t3 - t2) * 1e3, min(warm) * 1e3, (c3 - c2) * 1e3, min(wa
 """
 
 
-def first_call(name, target, runs=3):
+def first_call(name, target, runs=3, cache=None):
     """(import_ms, first_call_ms, first_call_cpu_ms): medians over `runs` fresh processes (see
-    the module docstring)."""
+    the module docstring), reading and writing no bytecode but that under the pycache prefix
+    `cache` (default: the environment's)."""
     code = _FIRST_CALL.format(bench=os.path.dirname(os.path.abspath(__file__)), name=name, target=target)
+    env = None if cache is None else dict(os.environ, PYTHONPYCACHEPREFIX=cache, PYTHONDONTWRITEBYTECODE="1")
     imports, extra, extra_cpu = [], [], []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env=env).stdout
         imp, first, warm, first_cpu, warm_cpu = map(float, out.split()[-5:])
         imports.append(imp)
         extra.append(first - warm)
         extra_cpu.append(first_cpu - warm_cpu)
     return statistics.median(imports), statistics.median(extra), statistics.median(extra_cpu)
+
+
+def bytecode_caches(names, target, root):
+    """(a pycache prefix holding the bytecode of loopstack, of this script and of every module
+    the first calls of `names` import; the same without loopstack's), made under `root`."""
+    package = os.path.dirname(os.path.abspath(lt.__file__))
+    warm, cold = os.path.join(root, "warm"), os.path.join(root, "cold")
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=warm)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", package], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    for name in names:          # one untimed child each: caches numpy's and the stdlib's modules too
+        code = _FIRST_CALL.format(bench=os.path.dirname(os.path.abspath(__file__)), name=name, target=target)
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    shutil.copytree(warm, cold)
+    # the prefix mirrors absolute source paths
+    shutil.rmtree(os.path.join(cold, os.path.relpath(package, os.path.abspath(os.sep))))
+    return warm, cold
 
 
 def bench(name, build, target, reps):
@@ -158,17 +189,24 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--target", default=None)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--first-runs", type=int, default=5, help="fresh processes per first-call figure")
     a = ap.parse_args()
     target = a.target or lt.default_target()
     recs = [bench(name, build, target, max(3, a.reps // 2) if name == "conv2" else a.reps)
             for name, build in PROGRAMS.items()]
-    for r in recs:
-        if r["name"] in FIRST_CALL:
-            r["import_ms"], r["first_call_ms"], r["first_call_cpu_ms"] = first_call(r["name"], target)
+    with tempfile.TemporaryDirectory(prefix="loopstack-pycache-") as root:
+        warm, cold = bytecode_caches(FIRST_CALL, target, root)
+        for r in recs:
+            if r["name"] in FIRST_CALL:
+                r["import_ms"], r["first_call_ms"], r["first_call_cpu_ms"] = first_call(
+                    r["name"], target, a.first_runs, warm)
+                _, r["first_call_nocache_ms"], r["first_call_nocache_cpu_ms"] = first_call(
+                    r["name"], target, a.first_runs, cold)
     print(f"target: {target}")
     for r in recs:
         first = (f"   first call +{r['first_call_ms']:6.1f} ms (cpu +{r['first_call_cpu_ms']:5.1f}, "
-                 f"import {r['import_ms']:5.1f} ms)" if "first_call_ms" in r else "")
+                 f"import {r['import_ms']:5.1f} ms; loopstack's bytecode not cached: "
+                 f"+{r['first_call_nocache_ms']:6.1f} ms, cpu +{r['first_call_nocache_cpu_ms']:5.1f})" if "first_call_ms" in r else "")
         print(f"{r['name']:11s} compile {r['compile_ms']:8.2f} ms (cpu {r['compile_cpu_ms']:6.2f})   "
               f"lower {r['lower_ms']:7.2f} ms   "
               f"cached overhead {r['cached_overhead_us']:8.1f} us{first}")

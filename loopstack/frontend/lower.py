@@ -44,6 +44,7 @@ class Ctx:
     writer: dict = field(default_factory=dict)       # buffer node id -> compute node id writing it
     out_of: dict = field(default_factory=dict)       # node id -> buffer node id it writes
     materialized: set = field(default_factory=set)   # nodes stored anyway: read, never recomputed
+    inlined: set = field(default_factory=set)        # nodes recomputed in a user's loops
 
 
 def _aff(d: dict, c: int = 0) -> Affine:
@@ -85,6 +86,7 @@ def _resolve(ctx: Ctx, i: int, idx: dict, padded: bool, user: int) -> object:
         return Load(acc)
     if (n.op in ("unary", "binary") and not padded and i not in ctx.materialized
             and _is_prefix(ctx.paths[i], ctx.paths[user])):
+        ctx.inlined.add(i)
         return _expr(ctx, n, idx, user)           # fusion: recompute in the user's loops
     ctx.reads[user].add(i)
     return Load(Access(f"#{i}", tuple(_aff(*idx[v]) for v in n.vars), padded))
@@ -101,8 +103,14 @@ def build_computes(ctx: Ctx) -> None:
     """Two rounds: the first finds the nodes some consumer must load from memory; the
     second inlines only the others (a stored value is read, not recomputed)."""
     _computes(ctx)
+    first = dict(ctx.computes)
     drop_dead(ctx)
     ctx.materialized = set(ctx.computes)
+    if ctx.inlined.isdisjoint(ctx.materialized):
+        # nothing the first round recomputed is stored: the second round would make the same
+        # statements (the materialized nodes only stop an inlining)
+        ctx.computes = first
+        return
     ctx.computes, ctx.reads = {}, {}
     _computes(ctx)
 

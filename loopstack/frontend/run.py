@@ -103,14 +103,12 @@ def scheduled_tree(t, target=None) -> LoopTree:
 
 def apply_schedule(t, tree: LoopTree) -> None:
     prog = program(t)
-    base = LoopTree(prog.graph, default_schedule(prog.graph))
     if _strip_copies(tree.graph) != _strip_copies(prog.graph):
         raise ScheduleError("set: this loop tree schedules a different program "
                             f"(its graph:\n{tree.graph}\nthis tensor's:\n{prog.graph})")
     tree.graph_base = prog.graph
     t._schedule = tree
     t._compiled = None
-    del base
 
 
 def _strip_copies(g):

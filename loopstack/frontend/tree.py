@@ -239,60 +239,57 @@ class LoopTree:
             for j in self._deps[i]:
                 t |= trans[j]
             trans[i] = t
+        # Each new loop or node is the last child of an open loop (or the last root): numbered as
+        # made, the items come in pre-order, so they are made here directly.
+        items: list[Item] = []
         roots: list = []
-        loops: list = []            # loop nodes as nested dicts
-        open_path: list = []        # the currently open loops
+        open_path: list = []        # the currently open loops (Items)
+        opened: list = []           # per open loop: the position in the sequence of its first node
+        leaf_of: dict[int, int] = {}
         self._paths: dict[int, list] = {}
-        for i in self.sequence:
+        position = {i: p for p, i in enumerate(self.sequence)}
+        for p, i in enumerate(self.sequence):
             ns = sched[i]
-            before, shifted = trans[i], self._shifted[i].items()
+            order = ns.order
+            # per var, the last node (by position) that stops this one from sharing a loop over
+            # the var with it: one it depends on that reduces over the var, or one it reads
+            # shifted along the var. An open loop holds the nodes from its first one on.
+            blocked: dict[str, int] = {}
+            before = trans[i]
+            for v, js in reducers.items():
+                for j in js:
+                    if j in before and position[j] > blocked.get(v, -1):
+                        blocked[v] = position[j]
+            for j, vs in self._shifted[i].items():
+                for v in vs:
+                    if position.get(j, -1) > blocked.get(v, -1):
+                        blocked[v] = position[j]
             k = 0
-            while k < len(open_path) and k < len(ns.order):
-                L = open_path[k]
-                if L["entry"] != ns.order[k] or k in ns.disabled:
-                    break
-                v, inside = L["entry"][0], L["nodes"]
-                # not a loop over a var that a node inside it, which this one depends on, reduces
-                if any(j in inside and j in before for j in reducers.get(v, ())):
-                    break
-                # nor one over a var along which this node reads a node inside it shifted
-                if any(v in vs and j in inside for j, vs in shifted):
+            while k < len(open_path) and k < len(order):
+                entry = open_path[k].entry
+                if entry != order[k] or k in ns.disabled or blocked.get(entry[0], -1) >= opened[k]:
                     break
                 k += 1
-            path = open_path[:k]
-            for d, L in enumerate(path):     # a shared loop keeps any of its nodes' annotations
-                L["ann"] = L["ann"] or ns.annotation(d)
-            for d in range(k, len(ns.order)):
-                L = {"entry": ns.order[d], "children": [], "nodes": set(), "ann": ns.annotation(d),
-                     "uid": len(loops)}
-                loops.append(L)
-                (path[-1]["children"] if path else roots).append(L)
-                path.append(L)
-            leaf = {"node": i}
-            (path[-1]["children"] if path else roots).append(leaf)
-            for L in path:
-                L["nodes"].add(i)
-            open_path = path
-        items: list[Item] = []
-
-        def walk(n, parent, depth):
+            del open_path[k:], opened[k:]
+            if ns.annotations:
+                for d, L in enumerate(open_path):     # a shared loop keeps any of its nodes' annotations
+                    L.annotation = L.annotation or ns.annotation(d)
+            for d in range(k, len(order)):
+                L = Item(len(items), "loop", open_path[-1].ref if open_path else -1, d, [], entry=order[d],
+                         annotation=ns.annotation(d) if ns.annotations else "", leaves=[])
+                (open_path[-1].children if open_path else roots).append(L.ref)
+                items.append(L)
+                open_path.append(L)
+                opened.append(p)
             ref = len(items)
-            if "node" in n:
-                items.append(Item(ref, "node", parent, depth, [], node=n["node"]))
-                return ref, [n["node"]]
-            it = Item(ref, "loop", parent, depth, [], entry=n["entry"], annotation=n["ann"])
-            items.append(it)
-            leaves = []
-            for c in n["children"]:
-                r, lv = walk(c, ref, depth + 1)
-                it.children.append(r)
-                leaves += lv
-            it.leaves = leaves
-            return ref, leaves
-
-        self.roots = [walk(r, -1, 0)[0] for r in roots]
+            items.append(Item(ref, "node", open_path[-1].ref if open_path else -1, len(open_path), [], node=i))
+            (open_path[-1].children if open_path else roots).append(ref)
+            leaf_of[i] = ref
+            for L in open_path:
+                L.leaves.append(i)
+        self.roots = roots
         self.items = items
-        self._leaf = {it.node: it.ref for it in items if it.kind == "node"}
+        self._leaf = leaf_of
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
@@ -406,14 +403,16 @@ class LoopTree:
         return hash(self.key())
 
     # ------------------------------------------------------------------ mutations
-    def _with(self, graph=None, sched=None, action=None, actions=()) -> "LoopTree":
-        """The tree after a mutation recorded as `action` (or as several, `actions`)."""
+    def _with(self, graph=None, sched=None, action=None, actions=(), orders_hold=False) -> "LoopTree":
+        """The tree after a mutation recorded as `action` (or as several, `actions`).
+        `orders_hold`: a new graph in which every node of this one keeps its domain and sizes
+        (a staging copy added), so the orders checked here need no new check."""
         g = graph if graph is not None else self.graph
         s = sched if sched is not None else self._sched
         acts = self.actions + ((action,) if action is not None else ()) + tuple(actions)
         same = g is self.graph
         tree = LoopTree(g, tuple(s.items()), acts, (self._deps, self._shifted) if same else None,
-                        self._sched if same else None)
+                        self._sched if same or orders_hold else None)
         check_annotations(tree, action)
         return tree
 

@@ -505,7 +505,8 @@ def default_schedule(tensor, target=None):
 
     Apply with `tensor.set(tree)`."""
     from ..frontend.graph import SCHEDULED
-    from ..frontend.mutate import copy_input, set_order
+    from ..errors import ScheduleError
+    from ..frontend.mutate import copy_input, set_order, set_orders
     from ..frontend.tree import LoopTree
 
     tree = tensor if isinstance(tensor, LoopTree) else tensor.loop_tree
@@ -546,9 +547,13 @@ def default_schedule(tensor, target=None):
         p = by_out.get(frozenset(dom))
         if p is not None:
             sched[n.id] = replace(sched[n.id], order=p.out_order)
-    for nid, ns in sched.items():
-        if ns.order != tree._sched[nid].order:
-            tree = set_order(tree, nid, ns.order)
+    orders = [(nid, ns.order) for nid, ns in sched.items() if ns.order != tree._sched[nid].order]
+    if orders:
+        try:
+            tree = set_orders(tree, orders)      # one tree for all
+        except ScheduleError:
+            for nid, order in orders:            # an annotation a tree in between refuses: say which
+                tree = set_order(tree, nid, order)
     for nid in tiled:
         tree = tree.tensorize(tree.ref_of(nid), "amx")
     for nid, p in plans.items():

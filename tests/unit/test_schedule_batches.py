@@ -5,7 +5,7 @@ import pytest
 
 import loopstack as lt
 from loopstack.errors import ScheduleError
-from loopstack.frontend.mutate import annotate, annotate_loops, apply_actions
+from loopstack.frontend.mutate import annotate, annotate_loops, apply_actions, set_order, set_orders
 from loopstack.tune.defaults import default_schedule, parallelize
 
 
@@ -64,3 +64,23 @@ def test_the_default_schedules_trace_replays_to_the_same_tree(hidden):
     assert parallelize(tree) == tree                 # annotated already: nothing more to do
     Y.set(tree)
     np.testing.assert_allclose(Y.numpy(), Y.numpy("interp"), rtol=1e-4, atol=1e-4)
+
+
+def test_setting_orders_at_once_is_setting_them_one_by_one():
+    Y = _mlp(1024)
+    unscheduled = Y.loop_tree
+    scheduled = default_schedule(Y, "avx512")
+    orders = [(nid, ns.order) for nid, ns in scheduled.schedule
+              if nid in unscheduled._sched and ns.order != unscheduled.node_schedule(nid).order]
+    assert len(orders) >= 6
+    one_by_one = unscheduled
+    for nid, order in orders:
+        one_by_one = set_order(one_by_one, nid, order)
+    at_once = set_orders(unscheduled, orders)
+    assert at_once == one_by_one and at_once.actions == one_by_one.actions
+    assert str(at_once) == str(one_by_one)
+    nid, order = orders[0]
+    with pytest.raises(ScheduleError, match="cover"):
+        set_orders(unscheduled, [orders[1], (nid, order[:-1])])
+    with pytest.raises(ScheduleError, match="not a scheduled node"):
+        set_orders(unscheduled, [(10**6, order)])
