@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from loopstack.isa import execmem
+from loopstack.isa import cpu, execmem
 from loopstack.isa.target import host_arch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,3 +50,24 @@ def test_libc_functions_are_looked_up_with_their_declared_types():
         libc.printf
     with pytest.raises(OSError):
         execmem._Library("libloopstack-absent.so.1", {})
+
+
+@pytest.mark.skipif("avx2" not in cpu.cpu_features(), reason="the bench's first calls run avx2 code")
+def test_the_first_call_bench_caches_bytecode_itself_whatever_the_environment(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    import frontend as bench
+
+    warm, cold = bench.bytecode_caches(["mm512"], "avx2", str(tmp_path))
+    package = str(ROOT / "loopstack").lstrip(os.sep)
+
+    def cached(prefix, *parts):
+        return sorted(p.name for p in Path(prefix, *parts).glob("*.pyc"))
+
+    assert "native.cpython-%d%d.pyc" % sys.version_info[:2] in cached(warm, package, "backend")
+    assert cached(warm, package, "frontend") and not Path(cold, package).exists()
+    numpy_dir = str(Path(np.__file__).parent).lstrip(os.sep)
+    assert cached(cold, numpy_dir) == cached(warm, numpy_dir) != []     # the rest stays cached
+    figures = bench.first_call("mm512", "avx2", runs=1, cache=cold)
+    assert len(figures) == 3 and all(isinstance(x, float) for x in figures)
+    assert not Path(cold, package).exists()          # the timed children write no bytecode
