@@ -3,7 +3,8 @@
     python bench/frontend.py [--json FILE] [--target avx512|avx2|interp|x86] [--reps N] [--first-runs N]
 
 Programs: a 512^3 matmul, the paper's CONV-2, and the paper's four MLPs (3 x (linear + bias +
-relu), constant weights), each with its generated default schedule.
+relu), constant weights), each with its generated default schedule for the target it compiles for
+(`--target avx2` schedules as an AVX2 machine would; the host's target when none is named).
 compile_ms: median time from building the expression to a compiled kernel (unify, lower,
 backend compile), with the compile cache cleared each time; compile_cpu_ms: the same in this
 thread's CPU time (what other tenants of a shared machine disturb far less).  lower_ms: the frontend's
@@ -49,27 +50,27 @@ CONV_X = _RNG.standard_normal((28, 28, 128)).astype(np.float32)
 CONV_W = _RNG.standard_normal((3, 3, 128, 256)).astype(np.float32)
 
 
-def mm512():
+def mm512(target=None):
     s = lt.SymbolGenerator()
     a = MM_A
     C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(a).to(s.k, s.n)).sum(s.k)
-    C.set(default_schedule(C))            # packed B panels, 6x16 register block
+    C.set(default_schedule(C, target))    # packed B panels, 6x16 register block
     return C
 
 
-def conv2():
+def conv2(target=None):
     s = lt.SymbolGenerator()
     x, w = CONV_X, CONV_W
     X = lt.nn.pad(lt.Tensor(x).to(s.h, s.w, s.c), (s.h, 1), (s.w, 1))
     W = lt.Tensor(w).to(s.kh, s.kw, s.c, s.o)
     Y = lt.nn.conv(X, W, X.symbolic_shape[:2], (s.kh, s.kw))
-    Y.set(default_schedule(Y))            # 6-pixel x 16-channel block, channels last
+    Y.set(default_schedule(Y, target))    # 6-pixel x 16-channel block, channels last
     return Y
 
 
 def mlp(batch, hidden):
     """The paper's MLP (workloads.py): 3 x relu(linear(Y, W, bias)) with constant weights."""
-    def build():
+    def build(target=None):
         s = lt.SymbolGenerator()
         hs = [s.i, s.j, s.l, s.o]
         Y = lt.Tensor(MLP_DATA[batch, hidden][0]).to(s.b, hs[0])
@@ -77,7 +78,7 @@ def mlp(batch, hidden):
             W = lt.Tensor(w, constant=True).to(hs[i], hs[i + 1])
             bias = lt.Tensor(b, constant=True).to(hs[i + 1])
             Y = lt.nn.relu(lt.nn.linear(Y, W, bias))
-        Y.set(default_schedule(Y))
+        Y.set(default_schedule(Y, target))
         return Y
     return build
 
@@ -97,13 +98,13 @@ import loopstack
 t1 = time.perf_counter()
 import frontend as f
 t2, c2 = time.perf_counter(), time.process_time()
-f.PROGRAMS[{name!r}]().numpy({target!r})
+f.PROGRAMS[{name!r}]({target!r}).numpy({target!r})
 t3, c3 = time.perf_counter(), time.process_time()
 warm, warm_cpu = [], []
 for _ in range(5):
     f._run._CACHE.clear()
     a, b = time.perf_counter(), time.process_time()
-    f.PROGRAMS[{name!r}]().numpy({target!r})
+    f.PROGRAMS[{name!r}]({target!r}).numpy({target!r})
     warm.append(time.perf_counter() - a)
     warm_cpu.append(time.process_time() - b)
 print((t1 - t0) * 1e3, (t3 - t2) * 1e3, min(warm) * 1e3, (c3 - c2) * 1e3, min(warm_cpu) * 1e3)
@@ -150,7 +151,7 @@ def bench(name, build, target, reps):
     for _ in range(reps):
         _run._CACHE.clear()
         t0, c0 = time.perf_counter(), time.thread_time()
-        T = build()
+        T = build(target)
         T.loop_tree.lower()
         t1 = time.perf_counter()
         T.compile(target)
@@ -160,7 +161,7 @@ def bench(name, build, target, reps):
         cpu.append((c2 - c0) * 1e3)
     # The overhead of re-running a cached program: `.numpy()` with the kernel's machine code
     # replaced by nothing, so the (millisecond, noisy) kernel time does not drown it.
-    T = build()
+    T = build(target)
     kernel = T.compile(target)
     T.numpy(target)
     # (x86: every step of the call but the machine code itself, i.e. the argument lookup too)
