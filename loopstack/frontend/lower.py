@@ -54,18 +54,24 @@ def _aff(d: dict, c: int = 0) -> Affine:
 def build_loops(ctx: Ctx) -> None:
     t = ctx.tree
     g = t.graph
+    node_steps: dict[int, list] = {}      # node id -> the steps of its order
+    loop_path: dict[int, tuple] = {-1: ()}    # loop ref -> the loop refs down to it (items come in pre-order)
     for it in t.items:
         if it.kind == "loop":
             v, size, _ = it.entry
+            loop_path[it.ref] = loop_path[it.parent] + (it.ref,)
             # the step comes from a node that needs the loop's dimension; a loop that only
             # repeats its nodes (add_loop(node, loop)) runs about `size` times over the dimension
-            need = [i for i in it.leaves if v in g.domain(g.node(i))]
-            if need:
-                ctx.steps[it.ref] = steps(t.node_schedule(need[0]).order)[it.depth]
+            need = next((i for i in it.leaves if v in g.domain(g.node(i))), None)
+            if need is not None:
+                st = node_steps.get(need)
+                if st is None:
+                    st = node_steps[need] = steps(t.node_schedule(need).order)
+                ctx.steps[it.ref] = st[it.depth]
             else:
                 ctx.steps[it.ref] = -(-g.size(v) // size)
         else:
-            ctx.paths[it.node] = tuple(t.path(it.ref))
+            ctx.paths[it.node] = loop_path[it.parent]
 
 
 def _is_prefix(a, b) -> bool:

@@ -58,7 +58,7 @@ def program(t) -> Program:
         return c
     nodes = toposort(t._node)
     sizes = unify(nodes)
-    graph, reads = canonicalize(t._node, sizes.val)
+    graph, reads = canonicalize(t._node, sizes.val, nodes)
     for n in nodes:   # record what was deduced about inputs (loop_tool: W.unify(); Z.shape)
         if n.op == "read":
             have = {s for s, _, _ in n.known}
