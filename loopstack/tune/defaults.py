@@ -518,11 +518,15 @@ def default_schedule(tensor, target=None):
         # a reduction to a 0-d output (a full sum) has no output block to plan: it keeps its order
         if n.op in SCHEDULED and g.reduced(n) and n.vars:
             plans[n.id] = plan(g, n, tgt)
-    from .tensorized import integer_contraction, on_tiles, tensorized_default
+    # 8-bit contractions (sums into int32; a float program does not load tune.tensorized)
+    ints = [nid for nid in plans if g.node(nid).dtype == "int32"]
+    if ints:
+        from .tensorized import integer_contraction, on_tiles, tensorized_default
 
+        ints = [nid for nid in ints if integer_contraction(g, nid)]
     # an integer contraction on tile blocks keeps the program's loops: the blocks are the tile
     # rewriter's own, the same code as a compile without a schedule (tune.tensorized)
-    tiled = [nid for nid in plans if integer_contraction(g, nid) and on_tiles(tree, nid, tgt)]
+    tiled = [nid for nid in ints if on_tiles(tree, nid, tgt)]
     plans = {nid: p for nid, p in plans.items() if nid not in tiled}
     if not plans and not tiled:
         return _elementwise(tree, tgt)
@@ -557,7 +561,7 @@ def default_schedule(tensor, target=None):
     for nid in tiled:
         tree = tree.tensorize(tree.ref_of(nid), "amx")
     for nid, p in plans.items():
-        if integer_contraction(g, nid):
+        if nid in ints:
             tree = tensorized_default(tree, nid)
             continue
         if p.pack is None:

@@ -26,19 +26,24 @@ a = np.ones((16, 32), np.float32)
 b = np.ones((32, 24), np.float32)
 C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k)
 assert (C.numpy() == 32).all()
+from loopstack.tune.defaults import default_schedule
+C.set(default_schedule(C))
+assert (C.numpy() == 32).all()
 print(json.dumps(sorted(sys.modules)))
 """
 
 
 @pytest.mark.skipif(host_arch() != "x86_64", reason="the x86 code generator runs the first call here")
 def test_a_float_programs_first_call_loads_no_c_parser_gpu_backend_or_tensorizer():
+    """(nor the tuner's search space: the default schedule of a float program needs none of it)"""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, check=True)
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert "loopstack.backend.native" in loaded          # the child did compile to machine code
     unwanted = {m for m in loaded if m.split(".")[0] == "pycparser" or m.startswith("cffi")
                 or m.startswith("loopstack.backend.ptx") or m.startswith("loopstack.isa.ptx")
-                or m.startswith("loopstack.backend.tensorize")}
+                or m.startswith("loopstack.backend.tensorize") or m in ("loopstack.tune.tensorized",
+                                                                          "loopstack.tune.space")}
     assert not unwanted, sorted(unwanted)
 
 
