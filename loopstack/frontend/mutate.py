@@ -283,7 +283,8 @@ def copy_input(tree: LoopTree, ref: int, idx: int) -> LoopTree:
     s = dict(tree._sched)
     s[cid] = NodeSchedule(order, ns.priority - 0.5, src.vars)
     # the copy has its source's dimensions: no node's domain changes
-    return tree._with(graph=g.with_nodes(nodes), sched=s, action=Action("copy_input", (ref, idx)), orders_hold=True)
+    return tree._with(graph=g.with_nodes(nodes), sched=s, action=Action("copy_input", (ref, idx)),
+                      changed=(n.id, cid))
 
 
 def delete_copy(tree: LoopTree, ref: int) -> LoopTree:

@@ -150,34 +150,51 @@ class Item:
     leaves: list = None        # loop: node ids below
 
 
-def dependencies(graph: Graph) -> tuple[dict, dict]:
+def dependencies(graph: Graph, base=None, changed=()) -> tuple[dict, dict]:
     """For each scheduled node: the scheduled nodes it reads directly (through views), and
     for each of them the dimensions along which it does not read the value at its own
-    point (a shifted or windowed view): a loop over such a dimension cannot be shared."""
+    point (a shifted or windowed view): a loop over such a dimension cannot be shared.
+
+    `base`, `changed`: the dependencies of a graph that differs from this one only in the nodes
+    `changed` (their inputs, or added): only theirs are found again, as the walk from a node
+    stops at the first scheduled node on each path."""
+    if base is not None:
+        deps, shifted = dict(base[0]), dict(base[1])
+        for i in changed:
+            acc = node_dependencies(graph, graph.node(i))
+            deps[i], shifted[i] = set(acc), acc
+        return deps, shifted
     deps: dict[int, set] = {}
     shifted: dict[int, dict] = {}
-
-    def walk(i, idx, acc):
-        n = graph.node(i)
-        if n.op in ("read", "const"):
-            return                      # inputs and constants are always available
-        if n.op in SCHEDULED:
-            bad = {v for v in n.vars if idx.get(v) != ({v: 1}, 0)}
-            acc.setdefault(i, set()).update(bad)
-            return
-        if n.op == "view":
-            walk(n.inputs[0], view_source_index(n, graph.node(n.inputs[0]), idx), acc)
-        for j in (n.inputs if n.op != "view" else ()):
-            walk(j, {}, acc)
-
     for n in graph.nodes:
         if n.op in SCHEDULED:
-            acc: dict = {}
-            for j in n.inputs:
-                walk(j, {v: ({v: 1}, 0) for v in graph.domain(n)}, acc)
+            acc = node_dependencies(graph, n)
             deps[n.id] = set(acc)
             shifted[n.id] = acc
     return deps, shifted
+
+
+def node_dependencies(graph: Graph, n) -> dict:
+    """The scheduled nodes `n` reads directly (through views), each with the dimensions along
+    which it does not read the value at its own point (see dependencies)."""
+
+    def walk(i, idx, acc):
+        m = graph.node(i)
+        if m.op in ("read", "const"):
+            return                      # inputs and constants are always available
+        if m.op in SCHEDULED:
+            bad = {v for v in m.vars if idx.get(v) != ({v: 1}, 0)}
+            acc.setdefault(i, set()).update(bad)
+            return
+        if m.op == "view":
+            walk(m.inputs[0], view_source_index(m, graph.node(m.inputs[0]), idx), acc)
+        for j in (m.inputs if m.op != "view" else ()):
+            walk(j, {}, acc)
+
+    acc: dict = {}
+    for j in n.inputs:
+        walk(j, {v: ({v: 1}, 0) for v in graph.domain(n)}, acc)
+    return acc
 
 
 def sequence(graph: Graph, sched: dict, deps: dict) -> list[int]:
@@ -403,16 +420,22 @@ class LoopTree:
         return hash(self.key())
 
     # ------------------------------------------------------------------ mutations
-    def _with(self, graph=None, sched=None, action=None, actions=(), orders_hold=False) -> "LoopTree":
+    def _with(self, graph=None, sched=None, action=None, actions=(), changed=None) -> "LoopTree":
         """The tree after a mutation recorded as `action` (or as several, `actions`).
-        `orders_hold`: a new graph in which every node of this one keeps its domain and sizes
-        (a staging copy added), so the orders checked here need no new check."""
+        `changed`: the nodes in which a new graph differs from this one (inputs changed, or
+        added), every node of this one keeping its domain and sizes (a staging copy added): the
+        orders checked here need no new check, and only those nodes' dependencies are found."""
         g = graph if graph is not None else self.graph
         s = sched if sched is not None else self._sched
         acts = self.actions + ((action,) if action is not None else ()) + tuple(actions)
         same = g is self.graph
-        tree = LoopTree(g, tuple(s.items()), acts, (self._deps, self._shifted) if same else None,
-                        self._sched if same or orders_hold else None)
+        if same:
+            deps = (self._deps, self._shifted)
+        elif changed is not None:
+            deps = dependencies(g, (self._deps, self._shifted), changed)
+        else:
+            deps = None
+        tree = LoopTree(g, tuple(s.items()), acts, deps, self._sched if same or changed is not None else None)
         check_annotations(tree, action)
         return tree
 

@@ -84,3 +84,22 @@ def test_setting_orders_at_once_is_setting_them_one_by_one():
         set_orders(unscheduled, [orders[1], (nid, order[:-1])])
     with pytest.raises(ScheduleError, match="not a scheduled node"):
         set_orders(unscheduled, [(10**6, order)])
+
+
+@pytest.mark.parametrize("workload", ["MLP-8x256", "CONV-2", "DWCONV-1"])
+def test_a_staging_copy_finds_again_only_the_dependencies_that_change(workload):
+    from loopstack.frontend.mutate import copy_input
+    from loopstack.frontend.tree import dependencies
+    from loopstack.workloads import WORKLOADS
+
+    tree = WORKLOADS[workload].build(seed=0)[0].loop_tree
+    copied = 0
+    for nid in [n.id for n in tree.graph.nodes if n.op == "binary"]:
+        for idx in (0, 1):
+            try:
+                new = copy_input(tree, tree.ref_of(nid), idx)
+            except ScheduleError:
+                continue
+            assert (new._deps, new._shifted) == dependencies(new.graph)
+            tree, copied = new, copied + 1
+    assert copied >= 2
