@@ -92,7 +92,7 @@ MLP_DATA = {(b, h): (_RNG.standard_normal((b, h)).astype(np.float32),
 # program the first time, then the same warm (compile cache cleared, best of several).
 _FIRST_CALL = """
 import sys, time
-sys.path.insert(0, {bench!r})
+sys.path[:0] = [{bench!r}, {root!r}]       # this script, and the loopstack the parent imported
 t0 = time.perf_counter()
 import loopstack
 t1 = time.perf_counter()
@@ -111,11 +111,16 @@ print((t1 - t0) * 1e3, (t3 - t2) * 1e3, min(warm) * 1e3, (c3 - c2) * 1e3, min(wa
 """
 
 
+def _child_code(name, target) -> str:
+    return _FIRST_CALL.format(bench=os.path.dirname(os.path.abspath(__file__)), name=name, target=target,
+                              root=os.path.dirname(os.path.dirname(os.path.abspath(lt.__file__))))
+
+
 def first_call(name, target, runs=3, cache=None):
     """(import_ms, first_call_ms, first_call_cpu_ms): medians over `runs` fresh processes (see
     the module docstring), reading and writing no bytecode but that under the pycache prefix
     `cache` (default: the environment's)."""
-    code = _FIRST_CALL.format(bench=os.path.dirname(os.path.abspath(__file__)), name=name, target=target)
+    code = _child_code(name, target)
     env = None if cache is None else dict(os.environ, PYTHONPYCACHEPREFIX=cache, PYTHONDONTWRITEBYTECODE="1")
     imports, extra, extra_cpu = [], [], []
     for _ in range(runs):
@@ -138,7 +143,7 @@ def bytecode_caches(names, target, root):
     subprocess.run([sys.executable, "-m", "compileall", "-q", package], env=env, check=True,
                    stdout=subprocess.DEVNULL)
     for name in names:          # one untimed child each: caches numpy's and the stdlib's modules too
-        code = _FIRST_CALL.format(bench=os.path.dirname(os.path.abspath(__file__)), name=name, target=target)
+        code = _child_code(name, target)
         subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
     shutil.copytree(warm, cold)
     # the prefix mirrors absolute source paths
