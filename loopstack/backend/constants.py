@@ -42,6 +42,8 @@ def hoist_constant_packs(tree: LoopTree) -> tuple[LoopTree, int]:
     """(the tree with copies of constant inputs hoisted, the number of leading top-level nodes
     that need to run only once per set of arrays)."""
     constants = {b.name for b in tree.inputs if b.constant}
+    if not constants:
+        return tree, 0
     hoisted: list = []
     tried: set[str] = set()     # by name: a hoist rebuilds every statement object
     # writers per buffer: a hoist moves its one statement out of the tree and widens accesses,
