@@ -415,7 +415,8 @@ def set_order(tree: LoopTree, node_id: int, order) -> LoopTree:
 
     The node's annotations and disabled reuse are dropped: they name depths of the old order."""
     order = _order(tree, node_id, order)
-    sched = tree.replace_node_schedule(node_id, order=order, annotations=(), disabled=frozenset())
+    sched = dict(tree._sched)
+    sched[node_id] = sched[node_id].reordered(order)
     return tree._with(sched=sched, action=Action("set_order", (node_id, [list(e) for e in order])))
 
 
@@ -427,7 +428,7 @@ def set_orders(tree: LoopTree, orders) -> LoopTree:
     actions = []
     for node_id, order in orders:
         order = _order(tree, node_id, order)
-        s[node_id] = replace(s[node_id], order=order, annotations=(), disabled=frozenset())
+        s[node_id] = s[node_id].reordered(order)
         actions.append(Action("set_order", (node_id, [list(e) for e in order])))
     return tree._with(sched=s, actions=actions)
 

@@ -46,6 +46,12 @@ class NodeSchedule:
                 return a
         return ""
 
+    def reordered(self, order) -> "NodeSchedule":
+        """This schedule with the loop order `order`, and without the annotations and disabled
+        reuse that named depths of the old one (what mutate.set_order makes; no
+        dataclasses.replace, which the default schedule would call for every node)."""
+        return NodeSchedule(order, self.priority, self.layout, frozenset(), (), self.tensorize)
+
 
 def default_schedule(graph: Graph) -> tuple[tuple[int, NodeSchedule], ...]:
     out = []

@@ -512,7 +512,7 @@ def default_schedule(tensor, target=None):
     tree = tensor if isinstance(tensor, LoopTree) else tensor.loop_tree
     tgt = _target(target)
     g = tree.graph
-    sched = dict(tree._sched)
+    sched = tree._sched
     plans = {}
     for n in g.nodes:
         # a reduction to a 0-d output (a full sum) has no output block to plan: it keeps its order
@@ -536,22 +536,23 @@ def default_schedule(tensor, target=None):
     by_out = {}
     for nid, p in plans.items():
         by_out.setdefault(frozenset(g.node(nid).vars), p)
+    order_of = {}       # node id -> its new loop order
     for n in g.nodes:
         if n.op not in SCHEDULED or n.id not in sched:
             continue
         if n.id in plans:
-            sched[n.id] = replace(sched[n.id], order=plans[n.id].order)
+            order_of[n.id] = plans[n.id].order
             continue
         dom = tuple(g.domain(n))
         # the multiply feeding a reduction: the reduction's order
         users = [plans[c] for c in g.consumers(n.id) if c in plans and set(g.domain(g.node(c))) == set(dom)]
         if users:
-            sched[n.id] = replace(sched[n.id], order=users[0].order)
+            order_of[n.id] = users[0].order
             continue
         p = by_out.get(frozenset(dom))
         if p is not None:
-            sched[n.id] = replace(sched[n.id], order=p.out_order)
-    orders = [(nid, ns.order) for nid, ns in sched.items() if ns.order != tree._sched[nid].order]
+            order_of[n.id] = p.out_order
+    orders = [(nid, order_of[nid]) for nid in sched if nid in order_of and order_of[nid] != sched[nid].order]
     if orders:
         try:
             tree = set_orders(tree, orders)      # one tree for all

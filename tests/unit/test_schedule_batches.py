@@ -103,3 +103,16 @@ def test_a_staging_copy_finds_again_only_the_dependencies_that_change(workload):
             assert (new._deps, new._shifted) == dependencies(new.graph)
             tree, copied = new, copied + 1
     assert copied >= 2
+
+
+def test_reordering_a_node_schedule_is_replacing_its_order_and_dropping_its_depths():
+    from dataclasses import fields, replace
+
+    from loopstack.frontend.tree import NodeSchedule
+
+    # a field added to NodeSchedule must be carried by NodeSchedule.reordered too
+    assert [f.name for f in fields(NodeSchedule)] == ["order", "priority", "layout", "disabled",
+                                                      "annotations", "tensorize"]
+    ns = NodeSchedule((("m", 4, 0), ("n", 8, 0)), 2.5, ("m", "n"), frozenset({1}), ((0, "parallel"),), "auto")
+    order = (("n", 8, 0), ("m", 4, 0))
+    assert ns.reordered(order) == replace(ns, order=order, annotations=(), disabled=frozenset())
