@@ -361,7 +361,7 @@ def increase_reuse(tree: LoopTree, ref: int) -> LoopTree:
 
 def annotate(tree: LoopTree, ref: int, kind: str) -> LoopTree:
     """Mark a loop "unroll", "vectorize" or "parallel" ("" clears)."""
-    leaves, f = _annotation(tree, ref, kind)
+    leaves, f = annotation_change(tree, ref, kind)
     return tree._with(sched=_rewrite(tree, leaves, f), action=Action("annotate", (ref, kind)))
 
 
@@ -374,14 +374,14 @@ def annotate_loops(tree: LoopTree, refs, kind: str) -> LoopTree:
     s = dict(tree._sched)
     actions = []
     for ref in refs:
-        leaves, f = _annotation(tree, ref, kind)
+        leaves, f = annotation_change(tree, ref, kind)
         for i in leaves:
             s[i] = f(i, s[i])
         actions.append(Action("annotate", (ref, kind)))
     return tree._with(sched=s, actions=actions)
 
 
-def _annotation(tree: LoopTree, ref: int, kind: str):
+def annotation_change(tree: LoopTree, ref: int, kind: str):
     """(the nodes under loop `ref`, their schedules' rewrite) of annotating it `kind`, or the
     ScheduleError saying why the loop cannot be."""
     it = tree.loop(ref)

@@ -557,7 +557,7 @@ def default_schedule(tensor, target=None):
         try:
             tree = set_orders(tree, orders)      # one tree for all
         except ScheduleError:
-            for nid, order in orders:            # an annotation a tree in between refuses: say which
+            for nid, order in orders:            # refused: one by one, the error names the step
                 tree = set_order(tree, nid, order)
     for nid in tiled:
         tree = tree.tensorize(tree.ref_of(nid), "amx")
@@ -624,7 +624,7 @@ def parallelize(tree):
     (see the module doc); loops that cannot run in parallel are left as they are."""
     from ..errors import ScheduleError
     from ..frontend.graph import SCHEDULED
-    from ..frontend.mutate import _annotation, annotate, annotate_loops
+    from ..frontend.mutate import annotate, annotate_loops, annotation_change
 
     g = tree.graph
     chosen = []
@@ -640,7 +640,7 @@ def parallelize(tree):
                 or _nest_flops(g, outer.leaves) < PARALLEL_MIN_FLOPS:
             continue
         try:
-            _annotation(tree, outer.ref, "parallel")
+            annotation_change(tree, outer.ref, "parallel")
         except ScheduleError:      # a reduction outermost (a channel tile): stays serial
             continue
         chosen.append(outer.ref)
