@@ -78,7 +78,7 @@ def cases(only: set | None):
 
             def once(build=build, target_name=names[-1]):
                 _run._CACHE.clear()
-                T = build()
+                T = build(target_name)
                 T.loop_tree.lower()
                 T.compile(target_name)
             yield name, names[-1], once

@@ -42,15 +42,24 @@ def hoist_constant_packs(tree: LoopTree) -> tuple[LoopTree, int]:
     """(the tree with copies of constant inputs hoisted, the number of leading top-level nodes
     that need to run only once per set of arrays)."""
     constants = {b.name for b in tree.inputs if b.constant}
+    if not constants:
+        return tree, 0
     hoisted: list = []
     tried: set[str] = set()     # by name: a hoist rebuilds every statement object
+    # writers per buffer: a hoist moves its one statement out of the tree and widens accesses,
+    # so the count stays right for every statement still in it
+    writers: dict[str, int] = {}
+    for _, s in tree.computes():
+        writers[s.out.buffer] = writers.get(s.out.buffer, 0) + 1
+    temps = {b.name for b in tree.temps}
     while constants:
-        found = _next_candidate(tree, constants, tried)
+        walked = list(tree.walk())
+        found = _next_candidate(walked, constants, tried, writers, temps)
         if found is None:
             break
         stack, stmt = found
         tried.add(stmt.name)
-        result = _hoist(tree, stack, stmt)
+        result = _hoist(tree, stack, stmt, walked)
         if result is not None:
             tree, nest = result
             hoisted.append(nest)
@@ -61,13 +70,10 @@ def hoist_constant_packs(tree: LoopTree) -> tuple[LoopTree, int]:
     return replace(tree, body=tuple(hoisted) + tree.body), len(hoisted)
 
 
-def _next_candidate(tree: LoopTree, constants: set[str], tried: set[str]):
-    writers: dict[str, int] = {}
-    for _, s in tree.walk():
-        if isinstance(s, Compute):
-            writers[s.out.buffer] = writers.get(s.out.buffer, 0) + 1
-    temps = {b.name for b in tree.temps}
-    for stack, node in tree.walk():
+def _next_candidate(walked, constants: set[str], tried: set[str], writers: dict, temps: set):
+    """The first (loops, statement) of `walked` (a tree's walk) to hoist: a copy or sum of a
+    constant into a temp that nothing else writes."""
+    for stack, node in walked:
         if isinstance(node, Compute) and node.name not in tried and (node.is_copy or _sum_of_load(node)) \
                 and node.expr.access.buffer in constants and node.out.buffer in temps \
                 and writers[node.out.buffer] == 1:
@@ -81,8 +87,9 @@ def _sum_of_load(stmt: Compute) -> bool:
             and isinstance(stmt.expr, Load))
 
 
-def _hoist(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute):
-    """(new tree, the hoisted nest), or None when `stmt` cannot be hoisted."""
+def _hoist(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute, walked):
+    """(new tree, the hoisted nest), or None when `stmt` cannot be hoisted (`walked`: the
+    tree's walk)."""
     # the copy's own nest: the outermost node on its path that holds nothing else
     path = stack + (stmt,)
     own = next(i for i, n in enumerate(path) if list(statements(n)) == [stmt])
@@ -94,7 +101,7 @@ def _hoist(tree: LoopTree, stack: tuple[Loop, ...], stmt: Compute):
     used = {n for a in (stmt.out, stmt.expr.access) for n in a.names()}
     tiled = [lp for lp in outer if loop_var(lp.var) in out_names]
     kept = [lp for lp in outer if lp.dim in used or loop_var(lp.var) in used]
-    readers = [(st, s) for st, s in tree.walk() if isinstance(s, Compute) and s is not stmt
+    readers = [(st, s) for st, s in walked if isinstance(s, Compute) and s is not stmt
                and any(a.buffer == buf.name for a in s.reads())]
     if not readers or any(not all(any(x is lp for x in st) for lp in tiled) for st, _ in readers):
         return None

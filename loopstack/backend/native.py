@@ -207,7 +207,10 @@ class NativeKernel(KernelBase):
         everywhere = copies_per_thread(lowered, private, once)      # adds the temps those copies write
         self._private = private
         self._threads = min(os.cpu_count() or 1, MAX_THREADS)
-        self._shared = {t.name: allocate_storage(t) for t in lowered.temps if t.name not in private}
+        # the intermediates of calls through the kernel itself, allocated at the first such call:
+        # a compile allocates nothing (a tuner's candidates and cross-compiled kernels never run,
+        # and bind() gives each prepared call its own)
+        self._shared: dict[str, np.ndarray] | None = None
         self._per_thread: list[dict[str, np.ndarray]] = []
         self._bound: tuple = _UNBOUND    # the arrays of the last call
         self._lock = threading.Lock()
@@ -252,6 +255,8 @@ class NativeKernel(KernelBase):
         return "\n".join(parts)
 
     def _temps(self, thread: int) -> dict[str, np.ndarray]:
+        if self._shared is None:
+            self._shared = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name not in self._private}
         while len(self._per_thread) <= thread:
             self._per_thread.append({t.name: allocate_storage(t) for t in self.lowered.temps if t.name in self._private})
         d = dict(self._shared)

@@ -202,12 +202,13 @@ def _common_dtype(dts, what):
     return dts[0]
 
 
-def canonicalize(out, sizes) -> tuple[Graph, list]:
-    """DSL node -> (Graph, [DSL read nodes in input order]).
+def canonicalize(out, sizes, dsl=None) -> tuple[Graph, list]:
+    """DSL node -> (Graph, [DSL read nodes in input order]); `dsl`: toposort(out), if the
+    caller has it.
 
     Renaming views over inputs are folded into the read (a read may then appear more
     than once under different names, all bound to the same input)."""
-    dsl = toposort(out)
+    dsl = toposort(out) if dsl is None else dsl
     names = _names(dsl)
     ids: dict[int, int] = {}
     reads: list = []

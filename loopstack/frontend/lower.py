@@ -45,6 +45,7 @@ class Ctx:
     writer: dict = field(default_factory=dict)       # buffer node id -> compute node id writing it
     out_of: dict = field(default_factory=dict)       # node id -> buffer node id it writes
     materialized: set = field(default_factory=set)   # nodes stored anyway: read, never recomputed
+    inlined: set = field(default_factory=set)        # nodes recomputed in a user's loops
 
 
 def _aff(d: dict, c: int = 0) -> Affine:
@@ -54,18 +55,24 @@ def _aff(d: dict, c: int = 0) -> Affine:
 def build_loops(ctx: Ctx) -> None:
     t = ctx.tree
     g = t.graph
+    node_steps: dict[int, list] = {}      # node id -> the steps of its order
+    loop_path: dict[int, tuple] = {-1: ()}    # loop ref -> the loop refs down to it (items come in pre-order)
     for it in t.items:
         if it.kind == "loop":
             v, size, _ = it.entry
+            loop_path[it.ref] = loop_path[it.parent] + (it.ref,)
             # the step comes from a node that needs the loop's dimension; a loop that only
             # repeats its nodes (add_loop(node, loop)) runs about `size` times over the dimension
-            need = [i for i in it.leaves if v in g.domain(g.node(i))]
-            if need:
-                ctx.steps[it.ref] = steps(t.node_schedule(need[0]).order)[it.depth]
+            need = next((i for i in it.leaves if v in g.domain(g.node(i))), None)
+            if need is not None:
+                st = node_steps.get(need)
+                if st is None:
+                    st = node_steps[need] = steps(t.node_schedule(need).order)
+                ctx.steps[it.ref] = st[it.depth]
             else:
                 ctx.steps[it.ref] = -(-g.size(v) // size)
         else:
-            ctx.paths[it.node] = tuple(t.path(it.ref))
+            ctx.paths[it.node] = loop_path[it.parent]
 
 
 def _is_prefix(a, b) -> bool:
@@ -86,6 +93,7 @@ def _resolve(ctx: Ctx, i: int, idx: dict, padded: bool, user: int) -> object:
         return Load(acc)
     if (n.op in ("unary", "binary") and not padded and i not in ctx.materialized
             and _is_prefix(ctx.paths[i], ctx.paths[user])):
+        ctx.inlined.add(i)
         return _expr(ctx, n, idx, user)           # fusion: recompute in the user's loops
     ctx.reads[user].add(i)
     return Load(Access(f"#{i}", tuple(_aff(*idx[v]) for v in n.vars), padded))
@@ -102,8 +110,14 @@ def build_computes(ctx: Ctx) -> None:
     """Two rounds: the first finds the nodes some consumer must load from memory; the
     second inlines only the others (a stored value is read, not recomputed)."""
     _computes(ctx)
+    first = dict(ctx.computes)
     drop_dead(ctx)
     ctx.materialized = set(ctx.computes)
+    if ctx.inlined.isdisjoint(ctx.materialized):
+        # nothing the first round recomputed is stored: the second round would make the same
+        # statements (the materialized nodes only stop an inlining)
+        ctx.computes = first
+        return
     ctx.computes, ctx.reads = {}, {}
     _computes(ctx)
 

@@ -282,7 +282,9 @@ def copy_input(tree: LoopTree, ref: int, idx: int) -> LoopTree:
                             "does not loop over")
     s = dict(tree._sched)
     s[cid] = NodeSchedule(order, ns.priority - 0.5, src.vars)
-    return tree._with(graph=g.with_nodes(nodes), sched=s, action=Action("copy_input", (ref, idx)))
+    # the copy has its source's dimensions: no node's domain changes
+    return tree._with(graph=g.with_nodes(nodes), sched=s, action=Action("copy_input", (ref, idx)),
+                      changed=(n.id, cid))
 
 
 def delete_copy(tree: LoopTree, ref: int) -> LoopTree:
@@ -359,6 +361,29 @@ def increase_reuse(tree: LoopTree, ref: int) -> LoopTree:
 
 def annotate(tree: LoopTree, ref: int, kind: str) -> LoopTree:
     """Mark a loop "unroll", "vectorize" or "parallel" ("" clears)."""
+    leaves, f = annotation_change(tree, ref, kind)
+    return tree._with(sched=_rewrite(tree, leaves, f), action=Action("annotate", (ref, kind)))
+
+
+def annotate_loops(tree: LoopTree, refs, kind: str) -> LoopTree:
+    """`annotate(tree, ref, kind)` for each of `refs` in turn, made as one tree: an annotation
+    moves no loop, so each ref names the same loop throughout, and the actions recorded are
+    those of the annotations one by one. A schedule generator annotating several nests thus
+    builds no tree in between. Raises what the first refused annotation raises; the trees in
+    between are not checked on their own (check_annotations), only the last one."""
+    s = dict(tree._sched)
+    actions = []
+    for ref in refs:
+        leaves, f = annotation_change(tree, ref, kind)
+        for i in leaves:
+            s[i] = f(i, s[i])
+        actions.append(Action("annotate", (ref, kind)))
+    return tree._with(sched=s, actions=actions)
+
+
+def annotation_change(tree: LoopTree, ref: int, kind: str):
+    """(the nodes under loop `ref`, their schedules' rewrite) of annotating it `kind`, or the
+    ScheduleError saying why the loop cannot be."""
     it = tree.loop(ref)
     if kind not in ANNOTATIONS + ("",):
         raise ScheduleError(f"annotate L{ref}: unknown annotation {kind!r} (expected one of "
@@ -381,7 +406,7 @@ def annotate(tree: LoopTree, ref: int, kind: str) -> LoopTree:
         ann = tuple((x, a) for x, a in ns.annotations if x != d) + (((d, kind),) if kind else ())
         return replace(ns, annotations=tuple(sorted(ann)))
 
-    return tree._with(sched=_rewrite(tree, it.leaves, f), action=Action("annotate", (ref, kind)))
+    return it.leaves, f
 
 
 def set_order(tree: LoopTree, node_id: int, order) -> LoopTree:
@@ -389,16 +414,35 @@ def set_order(tree: LoopTree, node_id: int, order) -> LoopTree:
     inner) in one step: what a schedule generator states, recorded as one replayable action.
 
     The node's annotations and disabled reuse are dropped: they name depths of the old order."""
+    order = _order(tree, node_id, order)
+    sched = dict(tree._sched)
+    sched[node_id] = sched[node_id].reordered(order)
+    return tree._with(sched=sched, action=Action("set_order", (node_id, [list(e) for e in order])))
+
+
+def set_orders(tree: LoopTree, orders) -> LoopTree:
+    """`set_order(tree, node_id, order)` for each (node_id, order) of `orders` in turn, made as
+    one tree (the trees in between are not checked on their own, only the last one), with the
+    actions of the calls one by one."""
+    s = dict(tree._sched)
+    actions = []
+    for node_id, order in orders:
+        order = _order(tree, node_id, order)
+        s[node_id] = s[node_id].reordered(order)
+        actions.append(Action("set_order", (node_id, [list(e) for e in order])))
+    return tree._with(sched=s, actions=actions)
+
+
+def _order(tree: LoopTree, node_id: int, order) -> tuple:
+    """`order` as (var, count, tail) tuples, for a scheduled node of `tree`."""
     if node_id not in tree._sched:
         raise ScheduleError(f"set_order: %{node_id} is not a scheduled node")
     try:
         # (var, count, tail), or loop_tool's IR spelling (var, (count, tail))
-        order = tuple((str(e[0]), int(e[1][0]), int(e[1][1])) if len(e) == 2 else
-                      (str(e[0]), int(e[1]), int(e[2])) for e in order)
+        return tuple((str(e[0]), int(e[1][0]), int(e[1][1])) if len(e) == 2 else
+                     (str(e[0]), int(e[1]), int(e[2])) for e in order)
     except (TypeError, ValueError, IndexError):
         raise ScheduleError(f"set_order %{node_id}: an order is (var, count, tail) entries, got {order!r}") from None
-    sched = tree.replace_node_schedule(node_id, order=order, annotations=(), disabled=frozenset())
-    return tree._with(sched=sched, action=Action("set_order", (node_id, [list(e) for e in order])))
 
 
 def map_ref(new: LoopTree, old_ref: int, old: LoopTree) -> int:

@@ -58,7 +58,7 @@ def program(t) -> Program:
         return c
     nodes = toposort(t._node)
     sizes = unify(nodes)
-    graph, reads = canonicalize(t._node, sizes.val)
+    graph, reads = canonicalize(t._node, sizes.val, nodes)
     for n in nodes:   # record what was deduced about inputs (loop_tool: W.unify(); Z.shape)
         if n.op == "read":
             have = {s for s, _, _ in n.known}
@@ -103,14 +103,12 @@ def scheduled_tree(t, target=None) -> LoopTree:
 
 def apply_schedule(t, tree: LoopTree) -> None:
     prog = program(t)
-    base = LoopTree(prog.graph, default_schedule(prog.graph))
     if _strip_copies(tree.graph) != _strip_copies(prog.graph):
         raise ScheduleError("set: this loop tree schedules a different program "
                             f"(its graph:\n{tree.graph}\nthis tensor's:\n{prog.graph})")
     tree.graph_base = prog.graph
     t._schedule = tree
     t._compiled = None
-    del base
 
 
 def _strip_copies(g):

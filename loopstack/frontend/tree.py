@@ -46,6 +46,12 @@ class NodeSchedule:
                 return a
         return ""
 
+    def reordered(self, order) -> "NodeSchedule":
+        """This schedule with the loop order `order`, and without the annotations and disabled
+        reuse that named depths of the old one (what mutate.set_order makes; no
+        dataclasses.replace, which the default schedule would call for every node)."""
+        return NodeSchedule(order, self.priority, self.layout, frozenset(), (), self.tensorize)
+
 
 def default_schedule(graph: Graph) -> tuple[tuple[int, NodeSchedule], ...]:
     out = []
@@ -150,34 +156,51 @@ class Item:
     leaves: list = None        # loop: node ids below
 
 
-def dependencies(graph: Graph) -> tuple[dict, dict]:
+def dependencies(graph: Graph, base=None, changed=()) -> tuple[dict, dict]:
     """For each scheduled node: the scheduled nodes it reads directly (through views), and
     for each of them the dimensions along which it does not read the value at its own
-    point (a shifted or windowed view): a loop over such a dimension cannot be shared."""
+    point (a shifted or windowed view): a loop over such a dimension cannot be shared.
+
+    `base`, `changed`: the dependencies of a graph that differs from this one only in the nodes
+    `changed` (their inputs, or added): only theirs are found again, as the walk from a node
+    stops at the first scheduled node on each path."""
+    if base is not None:
+        deps, shifted = dict(base[0]), dict(base[1])
+        for i in changed:
+            acc = node_dependencies(graph, graph.node(i))
+            deps[i], shifted[i] = set(acc), acc
+        return deps, shifted
     deps: dict[int, set] = {}
     shifted: dict[int, dict] = {}
-
-    def walk(i, idx, acc):
-        n = graph.node(i)
-        if n.op in ("read", "const"):
-            return                      # inputs and constants are always available
-        if n.op in SCHEDULED:
-            bad = {v for v in n.vars if idx.get(v) != ({v: 1}, 0)}
-            acc.setdefault(i, set()).update(bad)
-            return
-        if n.op == "view":
-            walk(n.inputs[0], view_source_index(n, graph.node(n.inputs[0]), idx), acc)
-        for j in (n.inputs if n.op != "view" else ()):
-            walk(j, {}, acc)
-
     for n in graph.nodes:
         if n.op in SCHEDULED:
-            acc: dict = {}
-            for j in n.inputs:
-                walk(j, {v: ({v: 1}, 0) for v in graph.domain(n)}, acc)
+            acc = node_dependencies(graph, n)
             deps[n.id] = set(acc)
             shifted[n.id] = acc
     return deps, shifted
+
+
+def node_dependencies(graph: Graph, n) -> dict:
+    """The scheduled nodes `n` reads directly (through views), each with the dimensions along
+    which it does not read the value at its own point (see dependencies)."""
+
+    def walk(i, idx, acc):
+        m = graph.node(i)
+        if m.op in ("read", "const"):
+            return                      # inputs and constants are always available
+        if m.op in SCHEDULED:
+            bad = {v for v in m.vars if idx.get(v) != ({v: 1}, 0)}
+            acc.setdefault(i, set()).update(bad)
+            return
+        if m.op == "view":
+            walk(m.inputs[0], view_source_index(m, graph.node(m.inputs[0]), idx), acc)
+        for j in (m.inputs if m.op != "view" else ()):
+            walk(j, {}, acc)
+
+    acc: dict = {}
+    for j in n.inputs:
+        walk(j, {v: ({v: 1}, 0) for v in graph.domain(n)}, acc)
+    return acc
 
 
 def sequence(graph: Graph, sched: dict, deps: dict) -> list[int]:
@@ -217,8 +240,11 @@ class LoopTree:
         self._deps, self._shifted = _dependencies or dependencies(graph)
         checked = _checked or {}
         for n in graph.nodes:
-            if n.op in SCHEDULED and checked.get(n.id) is not self._sched[n.id]:
-                check_order(graph, n, self._sched[n.id].order)
+            if n.op in SCHEDULED:
+                ns, before = self._sched[n.id], checked.get(n.id)
+                # an order checked before over this graph stays valid (annotate, reuse changes)
+                if before is None or (before is not ns and before.order != ns.order):
+                    check_order(graph, n, ns.order)
         # the loops and refs (_BUILT) are built on first use, by __getattr__: a schedule generator
         # chains mutations whose intermediate trees nobody looks at
 
@@ -226,64 +252,67 @@ class LoopTree:
     def _build(self):
         g, sched = self.graph, self._sched
         self.sequence = sequence(g, sched, self._deps)
-        reduces = {i: set(g.reduced(g.node(i))) for i in self.sequence}
+        reducers: dict[str, list] = {}      # var -> the nodes reducing over it
+        for i in self.sequence:
+            for v in g.reduced(g.node(i)):
+                reducers.setdefault(v, []).append(i)
         trans: dict[int, set] = {}
         for i in self.sequence:        # transitive dependencies
             t = set(self._deps[i])
             for j in self._deps[i]:
                 t |= trans[j]
             trans[i] = t
+        # Each new loop or node is the last child of an open loop (or the last root): numbered as
+        # made, the items come in pre-order, so they are made here directly.
+        items: list[Item] = []
         roots: list = []
-        loops: list = []            # loop nodes as nested dicts
-        open_path: list = []        # the currently open loops
+        open_path: list = []        # the currently open loops (Items)
+        opened: list = []           # per open loop: the position in the sequence of its first node
+        leaf_of: dict[int, int] = {}
         self._paths: dict[int, list] = {}
-        for i in self.sequence:
+        position = {i: p for p, i in enumerate(self.sequence)}
+        for p, i in enumerate(self.sequence):
             ns = sched[i]
+            order = ns.order
+            # per var, the last node (by position) that stops this one from sharing a loop over
+            # the var with it: one it depends on that reduces over the var, or one it reads
+            # shifted along the var. An open loop holds the nodes from its first one on.
+            blocked: dict[str, int] = {}
+            before = trans[i]
+            for v, js in reducers.items():
+                for j in js:
+                    if j in before and position[j] > blocked.get(v, -1):
+                        blocked[v] = position[j]
+            for j, vs in self._shifted[i].items():
+                for v in vs:
+                    if position.get(j, -1) > blocked.get(v, -1):
+                        blocked[v] = position[j]
             k = 0
-            while k < len(open_path) and k < len(ns.order):
-                L = open_path[k]
-                if L["entry"] != ns.order[k] or k in ns.disabled:
-                    break
-                v = L["entry"][0]
-                if any(v in reduces[j] for j in L["nodes"] if j in trans[i]):
-                    break
-                if any(v in self._shifted[i].get(j, ()) for j in L["nodes"]):
+            while k < len(open_path) and k < len(order):
+                entry = open_path[k].entry
+                if entry != order[k] or k in ns.disabled or blocked.get(entry[0], -1) >= opened[k]:
                     break
                 k += 1
-            path = open_path[:k]
-            for d, L in enumerate(path):     # a shared loop keeps any of its nodes' annotations
-                L["ann"] = L["ann"] or ns.annotation(d)
-            for d in range(k, len(ns.order)):
-                L = {"entry": ns.order[d], "children": [], "nodes": set(), "ann": ns.annotation(d),
-                     "uid": len(loops)}
-                loops.append(L)
-                (path[-1]["children"] if path else roots).append(L)
-                path.append(L)
-            leaf = {"node": i}
-            (path[-1]["children"] if path else roots).append(leaf)
-            for L in path:
-                L["nodes"].add(i)
-            open_path = path
-        items: list[Item] = []
-
-        def walk(n, parent, depth):
+            del open_path[k:], opened[k:]
+            if ns.annotations:
+                for d, L in enumerate(open_path):     # a shared loop keeps any of its nodes' annotations
+                    L.annotation = L.annotation or ns.annotation(d)
+            for d in range(k, len(order)):
+                L = Item(len(items), "loop", open_path[-1].ref if open_path else -1, d, [], entry=order[d],
+                         annotation=ns.annotation(d) if ns.annotations else "", leaves=[])
+                (open_path[-1].children if open_path else roots).append(L.ref)
+                items.append(L)
+                open_path.append(L)
+                opened.append(p)
             ref = len(items)
-            if "node" in n:
-                items.append(Item(ref, "node", parent, depth, [], node=n["node"]))
-                return ref, [n["node"]]
-            it = Item(ref, "loop", parent, depth, [], entry=n["entry"], annotation=n["ann"])
-            items.append(it)
-            leaves = []
-            for c in n["children"]:
-                r, lv = walk(c, ref, depth + 1)
-                it.children.append(r)
-                leaves += lv
-            it.leaves = leaves
-            return ref, leaves
-
-        self.roots = [walk(r, -1, 0)[0] for r in roots]
+            items.append(Item(ref, "node", open_path[-1].ref if open_path else -1, len(open_path), [], node=i))
+            (open_path[-1].children if open_path else roots).append(ref)
+            leaf_of[i] = ref
+            for L in open_path:
+                L.leaves.append(i)
+        self.roots = roots
         self.items = items
-        self._leaf = {it.node: it.ref for it in items if it.kind == "node"}
+        self._leaf = leaf_of
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
@@ -397,13 +426,22 @@ class LoopTree:
         return hash(self.key())
 
     # ------------------------------------------------------------------ mutations
-    def _with(self, graph=None, sched=None, action=None) -> "LoopTree":
+    def _with(self, graph=None, sched=None, action=None, actions=(), changed=None) -> "LoopTree":
+        """The tree after a mutation recorded as `action` (or as several, `actions`).
+        `changed`: the nodes in which a new graph differs from this one (inputs changed, or
+        added), every node of this one keeping its domain and sizes (a staging copy added): the
+        orders checked here need no new check, and only those nodes' dependencies are found."""
         g = graph if graph is not None else self.graph
         s = sched if sched is not None else self._sched
-        acts = self.actions + ((action,) if action is not None else ())
+        acts = self.actions + ((action,) if action is not None else ()) + tuple(actions)
         same = g is self.graph
-        tree = LoopTree(g, tuple(s.items()), acts, (self._deps, self._shifted) if same else None,
-                        self._sched if same else None)
+        if same:
+            deps = (self._deps, self._shifted)
+        elif changed is not None:
+            deps = dependencies(g, (self._deps, self._shifted), changed)
+        else:
+            deps = None
+        tree = LoopTree(g, tuple(s.items()), acts, deps, self._sched if same or changed is not None else None)
         check_annotations(tree, action)
         return tree
 

@@ -17,9 +17,12 @@ MAP_JIT and each thread toggles them between writable and executable with
 (`_DarwinJitMapper`) is written from Apple's documentation and unit-tested for its call
 sequence with a fake libc; no Mac is at hand to run it.
 
-libc's mmap / mprotect / munmap are called through cffi in ABI mode (`ffi.dlopen(None)`),
-so no C compiler is involved. A call through a cffi function pointer releases the GIL,
-so Python threads calling JIT'd code run in parallel.
+libc's mmap / mprotect / munmap are called through cffi in ABI mode, so no C compiler is
+involved. A call through a cffi function pointer releases the GIL, so Python threads calling
+JIT'd code run in parallel. The ffi is that of cffi's C core (`_cffi_backend.FFI`, the one
+cffi's out-of-line modules use), which parses the C types it is given itself: the pure-Python
+`cffi.FFI` would import pycparser and parse a cdef, about 10 ms of a process's first compile.
+So there is no cdef: each libc function is looked up with its own C type (`_LIBC`).
 
 Every kernel of the project has the signature
 
@@ -43,7 +46,7 @@ import sys
 import threading
 import weakref
 
-import cffi
+import _cffi_backend
 import numpy as np
 
 from ..errors import ArgumentError, LoopstackError, UnsupportedError
@@ -53,17 +56,39 @@ __all__ = [
 ]
 
 # The one FFI instance the project shares: function-pointer types, buffers and libc.
-ffi = cffi.FFI()
-ffi.cdef("""
-    void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
-    int mprotect(void *addr, size_t len, int prot);
-    int munmap(void *addr, size_t length);
-    void __clear_cache(void *begin, void *end);              /* libgcc, AArch64 */
-    void pthread_jit_write_protect_np(int enabled);          /* macOS arm64 */
-    void sys_icache_invalidate(void *start, size_t len);     /* macOS */
-    unsigned long getauxval(unsigned long type);             /* Linux: AT_HWCAP feature bits */
-    int sysctlbyname(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen);
-""")
+ffi = _cffi_backend.FFI()
+
+# The C functions called, by library, with their types (each looked up on first use)
+_LIBC = {
+    "mmap": "void *(*)(void *, size_t, int, int, int, long)",
+    "mprotect": "int(*)(void *, size_t, int)",
+    "munmap": "int(*)(void *, size_t)",
+    "pthread_jit_write_protect_np": "void(*)(int)",                  # macOS arm64
+    "sys_icache_invalidate": "void(*)(void *, size_t)",              # macOS
+    "getauxval": "unsigned long(*)(unsigned long)",                  # Linux: AT_HWCAP feature bits
+    "sysctlbyname": "int(*)(const char *, void *, size_t *, void *, size_t)",
+}
+_LIBGCC = {"__clear_cache": "void(*)(void *, void *)"}              # AArch64
+
+
+class _Library:
+    """A shared library's functions (of `signatures`, name -> C function pointer type), each
+    loaded on first access. Raises OSError if the library is missing, AttributeError for a
+    function it lacks."""
+
+    def __init__(self, name: str | None, signatures: dict[str, str]):
+        self._handle = _cffi_backend.load_library(name)
+        self._signatures = signatures
+
+    def __getattr__(self, name: str):
+        signature = self.__dict__.get("_signatures", {}).get(name)
+        if signature is None:
+            raise AttributeError(f"no C type is declared for {name!r}")
+        ctype = ffi.typeof(signature)
+        func = self._handle.load_function(ctype, name)
+        setattr(self, name, func)
+        return func
+
 
 KERNEL_CDECL = "void(*)(void **, int64_t, int64_t)"
 
@@ -98,7 +123,7 @@ def _lib():
     """libc, opened on first use (opening it at import would tax every `import loopstack`)."""
     global _libc
     if _libc is None:
-        _libc = ffi.dlopen(None)
+        _libc = _Library(None, _LIBC)
     return _libc
 
 
@@ -117,7 +142,7 @@ def _icache_flusher():
     global _clear_cache
     if _clear_cache is None:
         try:
-            gcc = ffi.dlopen("libgcc_s.so.1")
+            gcc = _Library("libgcc_s.so.1", _LIBGCC)
             _clear_cache = (gcc, gcc.__clear_cache)
         except (OSError, AttributeError):
             # A page mapped executable for the first time has its instruction cache synchronised
@@ -243,7 +268,7 @@ def _check_cdecl(cdecl: str):
         raise ArgumentError(f"bad function signature {cdecl!r}: expected a C type string such as {KERNEL_CDECL!r}")
     try:
         ctype = ffi.typeof(cdecl)
-    except (cffi.CDefError, cffi.FFIError, TypeError) as exc:
+    except (ffi.error, TypeError) as exc:
         raise ArgumentError(f"bad function signature {cdecl!r}: {exc}") from exc
     if ctype.kind != "function" and not (ctype.kind == "pointer" and ctype.item.kind == "function"):
         raise ArgumentError(f"signature {cdecl!r} is not a function pointer type such as {KERNEL_CDECL!r}")

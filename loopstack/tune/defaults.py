@@ -577,23 +577,28 @@ def default_schedule(tensor, target=None):
 
     Apply with `tensor.set(tree)`."""
     from ..frontend.graph import SCHEDULED
-    from ..frontend.mutate import copy_input, set_order
+    from ..errors import ScheduleError
+    from ..frontend.mutate import copy_input, set_order, set_orders
     from ..frontend.tree import LoopTree
 
     tree = tensor if isinstance(tensor, LoopTree) else tensor.loop_tree
     tgt = _target(target)
     g = tree.graph
-    sched = dict(tree._sched)
+    sched = tree._sched
     plans = {}
     for n in g.nodes:
         # a reduction to a 0-d output (a full sum) has no output block to plan: it keeps its order
         if n.op in SCHEDULED and g.reduced(n) and n.vars:
             plans[n.id] = plan(g, n, tgt)
-    from .tensorized import integer_contraction, on_tiles, tensorized_default
+    # 8-bit contractions (sums into int32; a float program does not load tune.tensorized)
+    ints = [nid for nid in plans if g.node(nid).dtype == "int32"]
+    if ints:
+        from .tensorized import integer_contraction, on_tiles, tensorized_default
 
+        ints = [nid for nid in ints if integer_contraction(g, nid)]
     # an integer contraction on tile blocks keeps the program's loops: the blocks are the tile
     # rewriter's own, the same code as a compile without a schedule (tune.tensorized)
-    tiled = [nid for nid in plans if integer_contraction(g, nid) and on_tiles(tree, nid, tgt)]
+    tiled = [nid for nid in ints if on_tiles(tree, nid, tgt)]
     plans = {nid: p for nid, p in plans.items() if nid not in tiled}
     if not plans and not tiled:
         return _elementwise(tree, tgt)
@@ -603,28 +608,33 @@ def default_schedule(tensor, target=None):
     by_out = {}
     for nid, p in plans.items():
         by_out.setdefault(frozenset(g.node(nid).vars), p)
+    order_of = {}       # node id -> its new loop order
     for n in g.nodes:
         if n.op not in SCHEDULED or n.id not in sched:
             continue
         if n.id in plans:
-            sched[n.id] = replace(sched[n.id], order=plans[n.id].order)
+            order_of[n.id] = plans[n.id].order
             continue
         dom = tuple(g.domain(n))
         # the multiply feeding a reduction: the reduction's order
         users = [plans[c] for c in g.consumers(n.id) if c in plans and set(g.domain(g.node(c))) == set(dom)]
         if users:
-            sched[n.id] = replace(sched[n.id], order=users[0].order)
+            order_of[n.id] = users[0].order
             continue
         p = by_out.get(frozenset(dom))
         if p is not None:
-            sched[n.id] = replace(sched[n.id], order=p.out_order)
-    for nid, ns in sched.items():
-        if ns.order != tree._sched[nid].order:
-            tree = set_order(tree, nid, ns.order)
+            order_of[n.id] = p.out_order
+    orders = [(nid, order_of[nid]) for nid in sched if nid in order_of and order_of[nid] != sched[nid].order]
+    if orders:
+        try:
+            tree = set_orders(tree, orders)      # one tree for all
+        except ScheduleError:
+            for nid, order in orders:            # refused: one by one, the error names the step
+                tree = set_order(tree, nid, order)
     for nid in tiled:
         tree = tree.tensorize(tree.ref_of(nid), "amx")
     for nid, p in plans.items():
-        if integer_contraction(g, nid):
+        if nid in ints:
             tree = tensorized_default(tree, nid)
             continue
         if p.pack is None:
@@ -686,9 +696,10 @@ def parallelize(tree):
     (see the module doc); loops that cannot run in parallel are left as they are."""
     from ..errors import ScheduleError
     from ..frontend.graph import SCHEDULED
-    from ..frontend.mutate import annotate
+    from ..frontend.mutate import annotate, annotate_loops, annotation_change
 
     g = tree.graph
+    chosen = []
     for n in g.nodes:
         if n.op not in SCHEDULED or not g.reduced(n) or n.id not in tree._leaf:
             continue
@@ -697,11 +708,24 @@ def parallelize(tree):
             continue
         outer = tree.loop(path[0])
         var, count, tail = outer.entry
-        if outer.annotation or count + (1 if tail else 0) < 2 or _nest_flops(g, outer.leaves) < PARALLEL_MIN_FLOPS:
+        if outer.annotation or outer.ref in chosen or count + (1 if tail else 0) < 2 \
+                or _nest_flops(g, outer.leaves) < PARALLEL_MIN_FLOPS:
             continue
         try:
-            tree = annotate(tree, outer.ref, "parallel")
+            annotation_change(tree, outer.ref, "parallel")
         except ScheduleError:      # a reduction outermost (a channel tile): stays serial
+            continue
+        chosen.append(outer.ref)
+    if not chosen:
+        return tree
+    try:
+        return annotate_loops(tree, chosen, "parallel")      # one tree for every nest
+    except ScheduleError:
+        pass
+    for ref in chosen:       # one of them is refused by the whole tree's check: each on its own
+        try:
+            tree = annotate(tree, ref, "parallel")
+        except ScheduleError:
             continue
     return tree
 
