@@ -17,7 +17,8 @@ for row reductions and shared values: see schedules.py), else
 An activation that a layer would copy whole into a zero-bordered temp at every call (a dense
 convolution's padded read) gets a zero border in the buffer plan instead: its writer fills the
 interior, its readers read it in place (borders.py; `compile(..., borders=False)` stages the
-copies as before).
+copies as before). A layer's last element-wise nest that combines a reduction's result with
+other values (a downsampling block's add) folds into that reduction's post (epilogue.py).
 """
 from __future__ import annotations
 
@@ -141,28 +142,28 @@ def _bordered_buffers(pending: list, net: NetGraph) -> dict:
 
 
 def _compile_pending(p: _Pending, bordered: dict, target) -> CompiledLayer:
-    """The layer's kernel, addressing the bordered buffers it touches through their borders
-    (their arguments become ("bordered", name, bordered shape); its output too, when bordered)."""
+    """The layer's kernel, its last element-wise nest folded into a reduction where it can be
+    (epilogue.py), addressing the bordered buffers it touches through their borders (their
+    arguments become ("bordered", name, bordered shape); its output too, when bordered)."""
     from ..frontend.run import compile_lowered, compiled, scheduled_tree
     from .borders import through_border
+    from .epilogue import fold_epilogues
 
     layer, t = p.layer, p.layer.tensor
     touched = [i for i, a in enumerate(p.reads) if a[0] == "buffer" and a[1] in bordered]
-    if not touched and layer.out not in bordered:
-        kernel = None
-        if p.ir is not None:
-            try:
-                kernel, _, _ = compiled(t, target)
-            except LoopstackError as e:
-                log.info("layer %s: its %s schedule does not compile (%s); compiled unscheduled",
-                         layer.name, p.origin, e)
-                t._schedule, p.origin = None, "unscheduled"
-        if kernel is None:
+    if p.ir is not None and not touched and layer.out not in bordered and fold_epilogues(p.ir) is p.ir:
+        try:        # nothing to rewrite: through the frontend (its cache of this program's kernel)
             kernel, _, _ = compiled(t, target)
-        return CompiledLayer(layer.name, layer.ops, kernel, p.reads, layer.out, tuple(layer.shape), p.origin,
-                             kernel.flops)
+            return CompiledLayer(layer.name, layer.ops, kernel, p.reads, layer.out, tuple(layer.shape), p.origin,
+                                 kernel.flops)
+        except LoopstackError as e:
+            log.info("layer %s: its %s schedule does not compile (%s); compiled unscheduled",
+                     layer.name, p.origin, e)
+            t._schedule, p.origin = None, "unscheduled"
+            p.ir = None
 
     def addressed(ir):
+        ir = fold_epilogues(ir)
         args = list(p.reads)
         for i in touched:
             name = p.reads[i][1]
