@@ -136,14 +136,23 @@ def default_target():
 
 
 def compile_tree(tree: LoopTree, target=None):
+    return _compile_cached(tree.key(), tree.lower, target)
+
+
+def compile_lowered(ir, target=None):
+    """A kernel of a lowered tree (looptree.ir) that a caller rewrote, through the compile cache."""
+    return _compile_cached(("lowered", ir), lambda: ir, target)
+
+
+def _compile_cached(tree_key, lower, target):
     from .. import backend
 
     tgt = default_target() if target is None else target
-    key = (tree.key(), tgt)
+    key = (tree_key, tgt)
     hit = _CACHE.get(key)
     if hit is not None and not getattr(hit, "closed", False):
         return hit
-    ir = tree.lower()
+    ir = lower()
     kernel = backend.compile(ir, target=None if tgt in ("x86", "native") else tgt)
     if len(_CACHE) >= _CACHE_LIMIT:
         _CACHE.pop(next(iter(_CACHE)))

@@ -20,13 +20,15 @@ def load(model, input_shapes=None, constants=None, target=None, passes=True):
     return _load(model, input_shapes=input_shapes, constants=constants, target=target, passes=passes)
 
 
-def compile(model, target=None, input_shapes=None, constants=None, passes=True, threads=None):  # noqa: A001
+def compile(model, target=None, input_shapes=None, constants=None, passes=True, threads=None,  # noqa: A001
+            borders=True):
     """A callable compiled model of an ONNX model (path, ModelProto or loaded network); its
-    parallel loops run on `threads` threads (default: every core)."""
+    parallel loops run on `threads` threads (default: every core). `borders=False`: padded
+    activations are copied into zero-bordered temps at every call (see model.py)."""
     from .model import compile_model
 
     return compile_model(model, target=target, input_shapes=input_shapes, constants=constants, passes=passes,
-                         threads=threads)
+                         threads=threads, borders=borders)
 
 
 def tune(model, budget_s: float = 60, mapper: str = "scripted", cost_model: str = "measure", target=None,

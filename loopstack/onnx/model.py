@@ -5,6 +5,7 @@
     outs = model.run({"input": x})    # {output name: array}
     model.compile_ms                  # from the file to a runnable model
     model.threads = 1                 # parallel loops on one thread (default: every core)
+    model.bordered                    # {buffer: (border before, bordered shape)} (borders.py)
     print(model.summary())            # per layer: schedule origin, GFLOPS, share of time
 
 Each layer compiles like any DSL tensor: with the tuning database's best schedule for its
@@ -12,6 +13,12 @@ program when one was recorded, else loopstack's default schedule (`tune.defaults
 for row reductions and shared values: see schedules.py), else
 (when the default cannot schedule it) the loops as written. Layers of the same program
 (the same shapes) share one compiled kernel through the frontend's compile cache.
+
+An activation that a layer would copy whole into a zero-bordered temp at every call (a dense
+convolution's padded read) gets a zero border in the buffer plan instead: its writer fills the
+interior, its readers read it in place (borders.py; `compile(..., borders=False)` stages the
+copies as before). A layer's last element-wise nest that combines a reduction's result with
+other values (a downsampling block's add) folds into that reduction's post (epilogue.py).
 """
 from __future__ import annotations
 
@@ -41,8 +48,19 @@ class CompiledLayer:
     seconds: float = 0.0
 
 
-def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
-    from ..frontend.run import compiled
+@dataclass
+class _Pending:
+    """A DSL layer scheduled and lowered, not compiled yet: the network's buffer plan
+    (borders.py) may still change how its kernel addresses its buffers."""
+    layer: object
+    origin: str
+    reads: list                 # per kernel input: ("buffer", name, shape) | ("const", array)
+    ir: object                  # its lowered tree (None when lowering failed: it compiles unscheduled)
+
+
+def _plan_layer(layer, net: NetGraph, target):
+    """A CompiledLayer for a layer that compiles itself, else a _Pending."""
+    from ..frontend.run import program, scheduled_tree
     from .schedules import layer_schedule
 
     t = layer.tensor
@@ -54,31 +72,124 @@ def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
     except Exception as e:   # noqa: BLE001 - a schedule generator's gap must not stop the model
         log.info("layer %s: no default schedule (%s: %s); compiled unscheduled", layer.name, type(e).__name__, e)
         tree, origin = None, "unscheduled"
-    kernel = None
+    ir = None
     if tree is not None:
         try:
             t.set(tree)
-            kernel, reads, (shape, _) = compiled(t, target)
+            ir = scheduled_tree(t, target).lower()
         except LoopstackError as e:
             log.info("layer %s: its %s schedule does not compile (%s); compiled unscheduled", layer.name, origin, e)
             t._schedule, origin = None, "unscheduled"
-    if kernel is None:
-        kernel, reads, (shape, _) = compiled(t, target)
+    prog = program(t)
+    shape = tuple(prog.graph.size(v) for v in prog.graph.output.vars)
+    if shape != tuple(layer.shape):
+        raise LoopstackError(f"layer {layer.name}: the kernel writes {shape}, the network expects "
+                             f"{tuple(layer.shape)}")
     args = []
-    for r in reads:
+    for r in prog.reads:
         if id(r) in net.reads:
             buf, rshape, _ = net.reads[id(r)]
             args.append(("buffer", buf, rshape))
         else:
             args.append(("const", r.data))
-    if tuple(shape) != tuple(layer.shape):
-        raise LoopstackError(f"layer {layer.name}: the kernel writes {tuple(shape)}, the network expects "
-                             f"{tuple(layer.shape)}")
-    return CompiledLayer(layer.name, layer.ops, kernel, args, layer.out, tuple(layer.shape), origin, kernel.flops)
+    return _Pending(layer, origin, args, ir)
+
+
+def _bordered_buffers(pending: list, net: NetGraph) -> dict:
+    """{buffer: (before, bordered shape)} for the intermediate buffers whose readers pad them:
+    each gets a zero border as wide as its readers reach, written by none. A buffer qualifies
+    when one DSL layer writes it, DSL layers read it whole, as stored, and one of them would
+    copy it whole into a zero-bordered temp at every call (a reader whose nests split at the
+    borders reads it in place already)."""
+    from ..backend.padding import split_padded_nests
+    from .borders import padded_reach
+
+    outputs = {ref[1] for _, ref, _ in net.outputs if ref[0] == "buffer"}
+    writers = {p.layer.out: p for p in pending if isinstance(p, _Pending)}
+    reach: dict = {}
+    excluded = set(outputs)
+    for p in pending:
+        if not isinstance(p, _Pending):
+            excluded.update(a[1] for a in p.args if a[0] == "buffer")
+            excluded.add(p.out)
+            continue
+        # a nest bound by memory is split at its borders instead (backend/padding.py)
+        splits = p.ir is not None and split_padded_nests(p.ir) is not p.ir
+        for i, a in enumerate(p.reads):
+            if a[0] != "buffer":
+                continue
+            name = a[1]
+            if p.ir is None or tuple(a[2]) != tuple(net.buffers.get(name, ())):
+                excluded.add(name)
+                continue
+            r = padded_reach(p.ir, p.ir.inputs[i].name)
+            if r is None:
+                excluded.add(name)
+                continue
+            if splits:      # the reader reads in place already, but for its narrow border nests
+                continue
+            old = reach.get(name, [(0, 0)] * len(r))
+            reach[name] = [(max(a0, b0), max(a1, b1)) for (a0, a1), (b0, b1) in zip(old, r)]
+    out = {}
+    for name, r in reach.items():
+        w = writers.get(name)
+        if name in excluded or w is None or w.ir is None or not any(a or b for a, b in r):
+            continue
+        # as wide on both sides: buffers of one shape then share one geometry (and bytes)
+        before = tuple(max(a, b) for a, b in r)
+        out[name] = (before, tuple(s + 2 * a for s, a in zip(net.buffers[name], before)))
+    return out
+
+
+def _compile_pending(p: _Pending, bordered: dict, target) -> CompiledLayer:
+    """The layer's kernel, its last element-wise nest folded into a reduction where it can be
+    (epilogue.py), addressing the bordered buffers it touches through their borders (their
+    arguments become ("bordered", name, bordered shape); its output too, when bordered)."""
+    from ..frontend.run import compile_lowered, compiled, scheduled_tree
+    from .borders import through_border
+    from .epilogue import fold_epilogues
+
+    layer, t = p.layer, p.layer.tensor
+    touched = [i for i, a in enumerate(p.reads) if a[0] == "buffer" and a[1] in bordered]
+    if p.ir is not None and not touched and layer.out not in bordered and fold_epilogues(p.ir) is p.ir:
+        try:        # nothing to rewrite: through the frontend (its cache of this program's kernel)
+            kernel, _, _ = compiled(t, target)
+            return CompiledLayer(layer.name, layer.ops, kernel, p.reads, layer.out, tuple(layer.shape), p.origin,
+                                 kernel.flops)
+        except LoopstackError as e:
+            log.info("layer %s: its %s schedule does not compile (%s); compiled unscheduled",
+                     layer.name, p.origin, e)
+            t._schedule, p.origin = None, "unscheduled"
+            p.ir = None
+
+    def addressed(ir):
+        ir = fold_epilogues(ir)
+        args = list(p.reads)
+        for i in touched:
+            name = p.reads[i][1]
+            ir = through_border(ir, ir.inputs[i].name, *bordered[name])
+            args[i] = ("bordered", name, bordered[name][1])
+        if layer.out in bordered:
+            ir = through_border(ir, ir.outputs[0].name, *bordered[layer.out])
+        return ir, args
+
+    kernel = None
+    if p.ir is not None:
+        ir, args = addressed(p.ir)
+        try:
+            kernel = compile_lowered(ir, target)
+        except LoopstackError as e:
+            log.info("layer %s: its %s schedule does not compile (%s); compiled unscheduled", layer.name, p.origin, e)
+            t._schedule, p.origin = None, "unscheduled"
+    if kernel is None:
+        ir, args = addressed(scheduled_tree(t, target).lower())
+        kernel = compile_lowered(ir, target)
+    return CompiledLayer(layer.name, layer.ops, kernel, args, layer.out, tuple(layer.shape), p.origin, kernel.flops)
 
 
 class CompiledModel:
-    def __init__(self, net: NetGraph, target=None, load_ms: float = 0.0, threads: int | None = None):
+    def __init__(self, net: NetGraph, target=None, load_ms: float = 0.0, threads: int | None = None,
+                 borders: bool = True):
         from ..backend.kernel_base import empty_aligned
 
         t0 = time.perf_counter()
@@ -89,7 +200,12 @@ class CompiledModel:
 
             from ..isa.target import get_target
             target = dataclasses.replace(get_target(target), cores=1)
-        self.layers = [_compile_layer(L, net, target) for L in net.layers]
+        pending = [_plan_layer(L, net, target) for L in net.layers]
+        # activations that a padded read takes get a zero border of their own: their writer
+        # fills the interior, their padded readers read the whole in place (borders.py)
+        self.bordered = _bordered_buffers(pending, net) if borders else {}
+        self.layers = [_compile_pending(p, self.bordered, target) if isinstance(p, _Pending) else p
+                       for p in pending]
         self.input_names = [n for n, _ in net.inputs]
         self.output_names = [n for n, _, _ in net.outputs]
         self._input_shapes = dict(net.inputs)
@@ -100,18 +216,36 @@ class CompiledModel:
             first.setdefault(L.out, step)
             last[L.out] = max(last.get(L.out, step), step)
             for a in L.args:
-                if a[0] == "buffer":
+                if a[0] in ("buffer", "bordered"):
                     last[a[1]] = step
         dtype = {b: np.dtype(net.dtypes.get(b, "float32")) for b in net.buffers}
-        self.intervals = [Interval(b, dtype[b].itemsize * int(np.prod(net.buffers[b])), first[b], last[b])
-                          for b in first if b not in outputs]
-        self.offsets, self.arena_bytes = plan(self.intervals)
+
+        def nbytes(b):
+            shape = self.bordered[b][1] if b in self.bordered else net.buffers[b]
+            return dtype[b].itemsize * int(np.prod(shape))
+
+        self.intervals = [Interval(b, nbytes(b), first[b], last[b]) for b in first if b not in outputs]
+        # a bordered buffer shares bytes only with buffers of its own border geometry, at the
+        # same offsets: the borders, zeroed once here, stay zero (no kernel writes them)
+        groups: dict = {}
+        for iv in self.intervals:
+            key = None
+            if iv.name in self.bordered:
+                key = (dtype[iv.name].str, *self.bordered[iv.name])
+            groups.setdefault(key, []).append(iv)
+        self.offsets, self.arena_bytes = plan(groups.pop(None, []))
+        for key in sorted(groups, key=str):
+            offsets, size = plan(groups[key])
+            base = -(-self.arena_bytes // 64) * 64
+            self.offsets.update({b: base + off for b, off in offsets.items()})
+            self.arena_bytes = base + size
         self._arena = empty_aligned((max(self.arena_bytes, 64),), np.uint8)
         # every array a kernel sees is made once, here: a kernel called again with the same
         # array objects skips its argument checks and pointer set-up
-        self._views = {b: self._arena[off: off + dtype[b].itemsize * int(np.prod(net.buffers[b]))].view(dtype[b])
-                       for b, off in self.offsets.items()}
+        self._views = {b: self._arena[off: off + nbytes(b)].view(dtype[b]) for b, off in self.offsets.items()}
         self._store = dict(self._views)
+        for b, (_, shape) in self.bordered.items():
+            self._store[f"bordered:{b}"] = self._views[b].reshape(shape)
         for name, shape in net.inputs:
             self._store[f"in:{name}"] = empty_aligned(tuple(shape), dtype[f"in:{name}"])
         for L in self.layers:
@@ -143,8 +277,10 @@ class CompiledModel:
         # share one buffer per border geometry, still in cache from the layer before
         scratch: dict = {}
         for L in self.layers:
-            args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]
-            call = L.kernel.bind(*args, self._store[L.out].reshape(L.shape), threads=n, scratch=scratch)
+            args = [a[1] if a[0] == "const" else self._store[f"bordered:{a[1]}"] if a[0] == "bordered"
+                    else self._store[a[1]].reshape(a[2]) for a in L.args]
+            out = self._store[f"bordered:{L.out}"] if L.out in self.bordered else self._store[L.out].reshape(L.shape)
+            call = L.kernel.bind(*args, out, threads=n, scratch=scratch)
             self._calls.append((L, call))
             for i, a in enumerate(L.args):
                 if a[0] == "buffer" and a[1].startswith("in:"):
@@ -260,8 +396,8 @@ class CompiledModel:
 
 
 def compile_model(model, target=None, input_shapes=None, constants=None, passes=True,
-                  threads: int | None = None) -> CompiledModel:
+                  threads: int | None = None, borders: bool = True) -> CompiledModel:
     t0 = time.perf_counter()
     net = model if isinstance(model, NetGraph) else load(model, input_shapes=input_shapes, constants=constants,
                                                          target=target, passes=passes)
-    return CompiledModel(net, target, (time.perf_counter() - t0) * 1e3, threads)
+    return CompiledModel(net, target, (time.perf_counter() - t0) * 1e3, threads, borders)
