@@ -400,6 +400,19 @@ class X86Emitter(Emitter):
             return
         self.asm.emit(ARITH[op] + self.suffix(shape), self.v(d, shape), self.v(a, shape), self.operand(b, shape))
 
+    def fma_reg(self, acc: int, a: int, b: int, shape: Shape) -> None:
+        if shape.vector and not self.int:       # fma's vector case, its operand a register
+            key = (self.bits, acc, a, b)
+            hit = _FMAS.get(key)
+            if hit is not None and hit[1] is None:
+                self.asm.again(hit[0])
+                return
+            full = self._full
+            self.asm.emit("vfmadd231ps", full[acc], full[a], full[b])
+            _keep(_FMAS, key, (self.asm.recorded(), None))
+            return
+        self.fma(acc, a, Val(reg=b), shape)
+
     def fma(self, acc: int, a: int, b: Val, shape: Shape) -> None:
         if self.int:
             integer.fma(self, acc, a, b, shape)
