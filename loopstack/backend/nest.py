@@ -29,6 +29,7 @@ instruction set shares it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import mul
 
 from ..errors import ScheduleError, UnsupportedError
 from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Dot, Load, Loop, LoopTree, loop_var, statements
@@ -584,13 +585,27 @@ class SegmentCompiler:
         em.begin(stmt)
         if alt is not None:
             self._combine_sets(stmt, keys, accs, alt)
-        for static, shape, disp in keys:
-            reg = accs.pop(disp, None)
-            if reg is None:
-                continue
-            self._finish_accumulator(reg, stmt, static, shape, along, fused)
-            em.regs.release(reg)
-            self.flush_cache_only()
+        if along and fused and stmt.post is None and stmt.requant is None:
+            # each accumulator is only stored: the cache the region began with is empty, and
+            # only a store's AVX2 tail mask enters it (then flushed after that store, as the
+            # general path flushes after each)
+            store, release, cache = em.store, em.regs.release, em.regs.cache
+            for static, shape, disp in keys:
+                reg = accs.pop(disp, None)
+                if reg is not None:
+                    store(reg, stmt.out, static, shape)
+                    release(reg)
+                    if cache:
+                        self.flush_cache_only()
+            self.flushes += 1
+        else:
+            for static, shape, disp in keys:
+                reg = accs.pop(disp, None)
+                if reg is None:
+                    continue
+                self._finish_accumulator(reg, stmt, static, shape, along, fused)
+                em.regs.release(reg)
+                self.flush_cache_only()
         em.drop_masks()
 
     def _prefetch(self, root: Loop, stmt: Compute, ctx: Ctx) -> None:
@@ -712,8 +727,9 @@ class SegmentCompiler:
         rec(0, ctx.static, ctx.ranges)
         if plan is not None and not plan.along_output:
             keys = [(s, shape_of(True, width, width, plan.loop.dim)) for s, _ in keys]
-        displacement = self.em.displacement
-        return [(s, shape, displacement(stmt.out, s)) for s, shape in keys]
+        base = self.em._base(stmt.out)          # Emitter.displacement, its base looked up once
+        const, names, factors, zeros = base[2], base[5], base[6], base[7]
+        return [(s, shape, const + sum(map(mul, factors, map(s.get, names, zeros)))) for s, shape in keys]
 
     def _init_accumulator(self, reg, stmt, static, shape, along, fused):
         em = self.em
