@@ -354,12 +354,26 @@ class Emitter:
         regs = self.regs
         uses, cache, pinned, release = regs.uses, regs.cache, regs.pinned, regs.release
         pa, pb = self._bases[id(ea)][1], self._bases[id(eb)][1]
-        read, memory, load_into, alloc_for = self._read, self.memory, self.load_into, self.alloc_for
+        memory, load_into, alloc_for = self.memory, self.load_into, self.alloc_for
         fma, fma_reg = self.fma, self.fma_reg
         for ins, (ka, kb) in zip(instances, keys):
             shape, acc = ins[2], ins[3]
-            # the first read (never folded), pinned while the second is read as load(foldable=True)
-            a, owned = read(ka, pa, shape)
+            # the first read (never folded: _read, inline), pinned while the second is read as
+            # load(foldable=True)
+            left = uses.get(ka, 1) - 1
+            uses[ka] = left
+            a = cache.get(ka)
+            if a is None:
+                a = alloc_for(ka[2])
+                load_into(a, memory(pa, ka[1]), ka[2], shape, ka[4])
+                owned = left <= 0
+                if not owned:
+                    cache[ka] = a
+            elif left <= 0 and a not in pinned:
+                del cache[ka]
+                owned = True
+            else:
+                owned = False
             pinned[a] = pinned.get(a, 0) + 1
             left = uses.get(kb, 1) - 1
             uses[kb] = left
@@ -539,6 +553,10 @@ class Emitter:
     def fma(self, acc: int, a: int, b: Val, shape: Shape) -> None:
         """acc += a * b."""
         raise NotImplementedError
+
+    def store_at(self, reg: int, access: Access, static: dict[str, int], disp: int, shape: Shape) -> None:
+        """store(), its displacement at `static` already known (`disp`: see displacement)."""
+        self.store(reg, access, static, shape)
 
     def fma_reg(self, acc: int, a: int, b: int, shape: Shape) -> None:
         """acc += a * b of three registers (fma_run's common case, without building a Val)."""

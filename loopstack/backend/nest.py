@@ -567,7 +567,17 @@ class SegmentCompiler:
         em.begin(stmt)
         fused = all(lp in chain for lp in reduction_loops(stmt, self._stack_to(root) + tuple(chain)))
         accs: dict[int, int] = {}
-        for static, shape, disp in keys:
+        if along and fused and stmt.init == "identity":
+            # _init_accumulator's most common case, inline: every accumulator at the identity
+            identity, alloc, load_const = float(REDUCE_IDENTITY[stmt.reduce]), em.regs.alloc, em.load_const
+            for _, shape, disp in keys:
+                if disp not in accs:
+                    reg = accs[disp] = alloc()
+                    load_const(reg, identity, shape)
+            keys_left = ()
+        else:
+            keys_left = keys
+        for static, shape, disp in keys_left:
             if disp in accs:
                 continue
             reg = em.regs.alloc()
@@ -589,11 +599,11 @@ class SegmentCompiler:
             # each accumulator is only stored: the cache the region began with is empty, and
             # only a store's AVX2 tail mask enters it (then flushed after that store, as the
             # general path flushes after each)
-            store, release, cache = em.store, em.regs.release, em.regs.cache
+            store, release, cache = em.store_at, em.regs.release, em.regs.cache
             for static, shape, disp in keys:
                 reg = accs.pop(disp, None)
                 if reg is not None:
-                    store(reg, stmt.out, static, shape)
+                    store(reg, stmt.out, static, disp, shape)
                     release(reg)
                     if cache:
                         self.flush_cache_only()

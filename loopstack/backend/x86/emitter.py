@@ -254,9 +254,13 @@ class X86Emitter(Emitter):
             a.emit("vmaskmovps", vreg(reg, 256), self.mask(shape.lanes), self.sized(m, 256))
 
     def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
-        a = self.asm
         base = self._bases.get(id(access)) or self._base(access)
         disp = base[2] + sum(map(mul, base[6], map(static.get, base[5], base[7])))     # _displacement
+        self.store_at(reg, access, static, disp, shape)
+
+    def store_at(self, reg: int, access: Access, static: dict[str, int], disp: int, shape: Shape) -> None:
+        a = self.asm
+        base = self._bases.get(id(access)) or self._base(access)
         m = _MEMS.get((id(base[1]), disp)) or self.memory(base[1], disp)
         dtype = base[4]
         if dtype == "float32" and shape.vector and shape.lanes == shape.width:     # the common case first
