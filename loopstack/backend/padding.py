@@ -25,6 +25,7 @@ convolution itself.
 from __future__ import annotations
 
 import itertools
+import operator
 from dataclasses import dataclass
 
 from ..dtypes import dtype as _dtype
@@ -404,8 +405,12 @@ def stage_padded_reads(tree: LoopTree) -> LoopTree:
         return Access(staged[key], tuple(index))
 
     def fix(node, top):
+        # a subtree without a padded read is kept as it is (the interior nest of a split one)
         if isinstance(node, Loop):
-            return node.with_body(tuple(fix(n, top) for n in node.body))
+            body = tuple(fix(n, top) for n in node.body)
+            return node if all(map(operator.is_, body, node.body)) else node.with_body(body)
+        if not any(a.zero_pad for a in node.reads()):
+            return node
         return map_accesses(node, lambda a: stage(a, top) if a.zero_pad else a)
 
     written_in: dict[str, set[int]] = {}
