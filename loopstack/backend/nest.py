@@ -108,11 +108,12 @@ class Ctx:
         self.chain = chain               # which accumulator set of a split block (0 or 1)
         self.budget = budget             # unroll limit here: halved in each specialised tail
 
-    def child(self, **kw) -> "Ctx":
-        c = Ctx(self.ranges.copy(), self.static, self.unrolling, self.block, self.chain, self.budget)
-        for k, v in kw.items():
-            setattr(c, k, v)
-        return c
+    def child(self, unrolling: bool | None = None, block: Block | None = None, chain: int | None = None,
+              budget: int | None = None) -> "Ctx":
+        """A context with a copy of the ranges, and the fields given (those left None kept)."""
+        return Ctx(self.ranges.copy(), self.static, self.unrolling if unrolling is None else unrolling,
+                   self.block if block is None else block, self.chain if chain is None else chain,
+                   self.budget if budget is None else budget)
 
     def at(self, dim: str, var: str, offset: int, chain: int | None = None) -> "Ctx":
         """The context `offset` into loop `var` over `dim` (`var` as Affine terms name it)."""
