@@ -182,16 +182,16 @@ class SegmentCompiler:
         """The dimensions of the loops under `node` (itself included), once per node."""
         dims = self._dims_under.get(id(node))
         if dims is None:
-            found: dict[str, None] = {}
-
-            def collect(n):
-                if isinstance(n, Loop):
-                    found[n.dim] = None
-                    for child in n.body:
-                        collect(child)
-
-            collect(node)
-            dims = self._dims_under[id(node)] = tuple(found)
+            # each loop's dimension, then its children's in program order (each once); the
+            # children's own tuples are kept as well, so each node of a nest is collected once
+            if isinstance(node, Loop):
+                found = {node.dim: None}
+                for child in node.body:
+                    found.update(dict.fromkeys(self._dims_of(child)))
+                dims = tuple(found)
+            else:
+                dims = ()
+            self._dims_under[id(node)] = dims
         return dims
 
     # -- the function --------------------------------------------------------------
