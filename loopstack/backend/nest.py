@@ -89,6 +89,12 @@ class Block:
             return iteration % 2
         return default
 
+    def chains_of(self, lp: Loop, count: int, default: int) -> list[int]:
+        """chain_of for iterations 0 .. count - 1 of `lp`."""
+        if lp is self.inner and self.alt is not None:
+            return [it % 2 for it in range(count)]
+        return [default] * count
+
 
 class Ctx:
     """Where the walk is: each dimension's range in the loop being emitted (`ranges`), the
@@ -295,7 +301,8 @@ class SegmentCompiler:
         if runtime:
             self.runtime_loop(lp, full, lambda: self.gen(lp.body, self._with_offset(inner, lp, 0)))
         else:
-            self._static_iterations(lp, inner, [(it * lp.step, self._chain(ctx, lp, it)) for it in range(full)])
+            chains = ctx.block.chains_of(lp, full, ctx.chain) if ctx.block is not None else [ctx.chain] * full
+            self._static_iterations(lp, inner, list(zip(range(0, full * lp.step, lp.step), chains)))
         if tail:
             t = ctx.child(unrolling=inner.unrolling, chain=self._chain(ctx, lp, full))
             if runtime:
@@ -372,7 +379,8 @@ class SegmentCompiler:
         trips_, rest = divmod(full, blk.factor)
 
         def iterations(n: int) -> None:
-            self._static_iterations(lp, inner, [(i * lp.step, blk.chain_of(lp, i, ctx.chain)) for i in range(n)])
+            offsets = range(0, n * lp.step, lp.step)
+            self._static_iterations(lp, inner, list(zip(offsets, blk.chains_of(lp, n, ctx.chain))))
 
         self.runtime_loop(lp, trips_, lambda: iterations(blk.factor), iterations=blk.factor)
         iterations(rest)
