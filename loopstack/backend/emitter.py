@@ -349,50 +349,65 @@ class Emitter:
             if ins[0] is not stmt or ins[3] is None or ins[4]:
                 return False
         ea, eb = e.a.access, e.b.access
-        keys = self._run_keys((ea, eb), instances)
+        keys = self._pair_keys(ea, eb, instances)
         self.begin(stmt)
         regs = self.regs
-        uses, cache, pinned = regs.uses, regs.cache, regs.pinned
+        uses, cache, pinned, release = regs.uses, regs.cache, regs.pinned, regs.release
         pa, pb = self._bases[id(ea)][1], self._bases[id(eb)][1]
-        read, memory, load_into, alloc_for, fma = self._read, self.memory, self.load_into, self.alloc_for, self.fma
-        for (_, _, shape, acc, _, _, _), (ka, kb) in zip(instances, keys):
-            # the first read (never folded), pinned while the second is read as load(foldable=True)
-            a, owned = read(ka, pa, shape)
+        memory, load_into, alloc_for = self.memory, self.load_into, self.alloc_for
+        fma, fma_reg = self.fma, self.fma_reg
+        for ins, (ka, kb) in zip(instances, keys):
+            shape, acc = ins[2], ins[3]
+            # the first read (never folded: _read, inline), pinned while the second is read as
+            # load(foldable=True)
+            left = uses.get(ka, 1) - 1
+            uses[ka] = left
+            a = cache.get(ka)
+            if a is None:
+                a = alloc_for(ka[2])
+                load_into(a, memory(pa, ka[1]), ka[2], shape, ka[4])
+                owned = left <= 0
+                if not owned:
+                    cache[ka] = a
+            elif left <= 0 and a not in pinned:
+                del cache[ka]
+                owned = True
+            else:
+                owned = False
             pinned[a] = pinned.get(a, 0) + 1
             left = uses.get(kb, 1) - 1
             uses[kb] = left
             b = cache.get(kb)
-            if b is not None:
-                if left <= 0 and b not in pinned:
+            if b is not None:       # a cached register: the common case, without a Val
+                free_b = left <= 0 and b not in pinned
+                if free_b:
                     del cache[kb]
-                    val = Val(b, None, True)
-                else:
-                    val = Val(b, None, False, kb)
+                fma_reg(acc, a, b, shape)
             else:
+                free_b = False
                 m = memory(pb, kb[1])
                 operand = None
                 if regs.keep_in_memory(kb, left):
                     operand = self.memory_operand(m, kb[2], shape, kb[4])
                 if operand is not None:
-                    val = Val(None, operand)
+                    fma(acc, a, Val(None, operand), shape)
                 else:
                     b = alloc_for(kb[2])
                     load_into(b, m, kb[2], shape, kb[4])
                     if left > 0:
                         cache[kb] = b
-                        val = Val(b, None, False, kb)
                     else:
-                        val = Val(b, None, True)
-            fma(acc, a, val, shape)
+                        free_b = True
+                    fma_reg(acc, a, b, shape)
             n = pinned[a] - 1
             if n > 0:
                 pinned[a] = n
             else:
                 del pinned[a]
             if owned:
-                regs.release(a)
-            if val.owned and val.reg is not None:
-                regs.release(val.reg)
+                release(a)
+            if free_b:
+                release(b)
         return True
 
     def copy_run(self, stmt: Compute, instances: list) -> bool:
@@ -439,6 +454,32 @@ class Emitter:
                 own.append(key)
                 uses[key] = uses.get(key, 0) + 1
             keys.append(own)
+        self.regs.defer_positions(keys)     # note_use's positions, if the register file fills up
+        return keys
+
+    def _pair_keys(self, ea: Access, eb: Access, instances: list) -> list:
+        """_run_keys for fma_run's two reads, unrolled: a run's instances mostly share one shape,
+        so its load forms are looked up when the shape changes."""
+        uses = self.regs.uses
+        get = uses.get
+        keys = []
+        append = keys.append
+        last = None
+        for ins in instances:
+            shape = ins[2]
+            if shape is not last:
+                last = shape
+                fa = self._forms.get((id(ea), id(shape))) or self._load_form(ea, shape)
+                fb = self._forms.get((id(eb), id(shape))) or self._load_form(eb, shape)
+                na, ca, names_a, factors_a, zeros_a = fa[:5]
+                nb, cb, names_b, factors_b, zeros_b = fb[:5]
+                tail_a, tail_b = (*fa[5:8], 0, self.int), (*fb[5:8], 0, self.int)
+            at = ins[1].get
+            ka = (na, ca + sum(map(mul, factors_a, map(at, names_a, zeros_a)))) + tail_a
+            uses[ka] = get(ka, 0) + 1
+            kb = (nb, cb + sum(map(mul, factors_b, map(at, names_b, zeros_b)))) + tail_b
+            uses[kb] = get(kb, 0) + 1
+            append((ka, kb))
         self.regs.defer_positions(keys)     # note_use's positions, if the register file fills up
         return keys
 
@@ -512,6 +553,14 @@ class Emitter:
     def fma(self, acc: int, a: int, b: Val, shape: Shape) -> None:
         """acc += a * b."""
         raise NotImplementedError
+
+    def store_at(self, reg: int, access: Access, static: dict[str, int], disp: int, shape: Shape) -> None:
+        """store(), its displacement at `static` already known (`disp`: see displacement)."""
+        self.store(reg, access, static, shape)
+
+    def fma_reg(self, acc: int, a: int, b: int, shape: Shape) -> None:
+        """acc += a * b of three registers (fma_run's common case, without building a Val)."""
+        self.fma(acc, a, Val(reg=b), shape)
 
     def dot(self, acc: int, e: Dot, a: int, b: Val, shape: Shape) -> None:
         """acc += e's k-term dot product in every int32 lane, by the registry entry `e.instr`."""

@@ -33,7 +33,7 @@ from .kernel_base import KernelBase, allocate_storage
 from .constants import hoist_constant_packs
 from .threads import EVERY_THREAD, MAX_THREADS, check_threads, copies_per_thread, parallel_call
 from .nest import SegmentCompiler, max_accumulators
-from .reuse import segment_shape
+from .reuse import segment_shapes
 from .rewrite import split_init_post, split_padded_nests, stage_padded_reads
 
 # the instruction selection of each architecture: (module, Emitter class, Assembler factory)
@@ -111,8 +111,7 @@ def emit_native(tree: LoopTree, target, unroll_limit: int | None = None):
     slots = {b.name: i for i, b in enumerate(lowered.arguments + lowered.temps)}
     segments = []
     compiled: dict[tuple, tuple] = {}     # segment shape key -> (shape, Assembler, prologue length)
-    for node in lowered.body:
-        shape = segment_shape(lowered, node)
+    for node, shape in zip(lowered.body, segment_shapes(lowered, lowered.body)):
         first = compiled.get(shape.key) if shape is not None else None
         asm = None
         if first is not None:

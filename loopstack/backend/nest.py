@@ -29,6 +29,7 @@ instruction set shares it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import mul
 
 from ..errors import ScheduleError, UnsupportedError
 from ..looptree.ir import REDUCE_IDENTITY, Compute, Const, Dot, Load, Loop, LoopTree, loop_var, statements
@@ -87,6 +88,12 @@ class Block:
             return iteration % 2
         return default
 
+    def chains_of(self, lp: Loop, count: int, default: int) -> list[int]:
+        """chain_of for iterations 0 .. count - 1 of `lp`."""
+        if lp is self.inner and self.alt is not None:
+            return [it % 2 for it in range(count)]
+        return [default] * count
+
 
 class Ctx:
     """Where the walk is: each dimension's range in the loop being emitted (`ranges`), the
@@ -106,11 +113,12 @@ class Ctx:
         self.chain = chain               # which accumulator set of a split block (0 or 1)
         self.budget = budget             # unroll limit here: halved in each specialised tail
 
-    def child(self, **kw) -> "Ctx":
-        c = Ctx(self.ranges.copy(), self.static, self.unrolling, self.block, self.chain, self.budget)
-        for k, v in kw.items():
-            setattr(c, k, v)
-        return c
+    def child(self, unrolling: bool | None = None, block: Block | None = None, chain: int | None = None,
+              budget: int | None = None) -> "Ctx":
+        """A context with a copy of the ranges, and the fields given (those left None kept)."""
+        return Ctx(self.ranges.copy(), self.static, self.unrolling if unrolling is None else unrolling,
+                   self.block if block is None else block, self.chain if chain is None else chain,
+                   self.budget if budget is None else budget)
 
     def at(self, dim: str, var: str, offset: int, chain: int | None = None) -> "Ctx":
         """The context `offset` into loop `var` over `dim` (`var` as Affine terms name it)."""
@@ -189,16 +197,16 @@ class SegmentCompiler:
         """The dimensions of the loops under `node` (itself included), once per node."""
         dims = self._dims_under.get(id(node))
         if dims is None:
-            found: dict[str, None] = {}
-
-            def collect(n):
-                if isinstance(n, Loop):
-                    found[n.dim] = None
-                    for child in n.body:
-                        collect(child)
-
-            collect(node)
-            dims = self._dims_under[id(node)] = tuple(found)
+            # each loop's dimension, then its children's in program order (each once); the
+            # children's own tuples are kept as well, so each node of a nest is collected once
+            if isinstance(node, Loop):
+                found = {node.dim: None}
+                for child in node.body:
+                    found.update(dict.fromkeys(self._dims_of(child)))
+                dims = tuple(found)
+            else:
+                dims = ()
+            self._dims_under[id(node)] = dims
         return dims
 
     # -- the function --------------------------------------------------------------
@@ -303,7 +311,8 @@ class SegmentCompiler:
         if runtime:
             self.runtime_loop(lp, full, lambda: self.gen(lp.body, self._with_offset(inner, lp, 0)))
         else:
-            self._static_iterations(lp, inner, [(it * lp.step, self._chain(ctx, lp, it)) for it in range(full)])
+            chains = ctx.block.chains_of(lp, full, ctx.chain) if ctx.block is not None else [ctx.chain] * full
+            self._static_iterations(lp, inner, list(zip(range(0, full * lp.step, lp.step), chains)))
         if tail:
             t = ctx.child(unrolling=inner.unrolling, chain=self._chain(ctx, lp, full))
             if runtime:
@@ -380,7 +389,8 @@ class SegmentCompiler:
         trips_, rest = divmod(full, blk.factor)
 
         def iterations(n: int) -> None:
-            self._static_iterations(lp, inner, [(i * lp.step, blk.chain_of(lp, i, ctx.chain)) for i in range(n)])
+            offsets = range(0, n * lp.step, lp.step)
+            self._static_iterations(lp, inner, list(zip(offsets, blk.chains_of(lp, n, ctx.chain))))
 
         self.runtime_loop(lp, trips_, lambda: iterations(blk.factor), iterations=blk.factor)
         iterations(rest)
@@ -576,7 +586,17 @@ class SegmentCompiler:
         em.begin(stmt)
         fused = all(lp in chain for lp in reduction_loops(stmt, self._stack_to(root) + tuple(chain)))
         accs: dict[int, int] = {}
-        for static, shape, disp in keys:
+        if along and fused and stmt.init == "identity":
+            # _init_accumulator's most common case, inline: every accumulator at the identity
+            identity, alloc, load_const = float(REDUCE_IDENTITY[stmt.reduce]), em.regs.alloc, em.load_const
+            for _, shape, disp in keys:
+                if disp not in accs:
+                    reg = accs[disp] = alloc()
+                    load_const(reg, identity, shape)
+            keys_left = ()
+        else:
+            keys_left = keys
+        for static, shape, disp in keys_left:
             if disp in accs:
                 continue
             reg = em.regs.alloc()
@@ -594,13 +614,27 @@ class SegmentCompiler:
         em.begin(stmt)
         if alt is not None:
             self._combine_sets(stmt, keys, accs, alt)
-        for static, shape, disp in keys:
-            reg = accs.pop(disp, None)
-            if reg is None:
-                continue
-            self._finish_accumulator(reg, stmt, static, shape, along, fused)
-            em.regs.release(reg)
-            self.flush_cache_only()
+        if along and fused and stmt.post is None and stmt.requant is None:
+            # each accumulator is only stored: the cache the region began with is empty, and
+            # only a store's AVX2 tail mask enters it (then flushed after that store, as the
+            # general path flushes after each)
+            store, release, cache = em.store_at, em.regs.release, em.regs.cache
+            for static, shape, disp in keys:
+                reg = accs.pop(disp, None)
+                if reg is not None:
+                    store(reg, stmt.out, static, disp, shape)
+                    release(reg)
+                    if cache:
+                        self.flush_cache_only()
+            self.flushes += 1
+        else:
+            for static, shape, disp in keys:
+                reg = accs.pop(disp, None)
+                if reg is None:
+                    continue
+                self._finish_accumulator(reg, stmt, static, shape, along, fused)
+                em.regs.release(reg)
+                self.flush_cache_only()
         em.drop_masks()
 
     def _prefetch(self, root: Loop, stmt: Compute, ctx: Ctx) -> None:
@@ -722,8 +756,9 @@ class SegmentCompiler:
         rec(0, ctx.static, ctx.ranges)
         if plan is not None and not plan.along_output:
             keys = [(s, shape_of(True, width, width, plan.loop.dim)) for s, _ in keys]
-        displacement = self.em.displacement
-        return [(s, shape, displacement(stmt.out, s)) for s, shape in keys]
+        base = self.em._base(stmt.out)          # Emitter.displacement, its base looked up once
+        const, names, factors, zeros = base[2], base[5], base[6], base[7]
+        return [(s, shape, const + sum(map(mul, factors, map(s.get, names, zeros)))) for s, shape in keys]
 
     def _init_accumulator(self, reg, stmt, static, shape, along, fused):
         em = self.em

@@ -25,6 +25,7 @@ convolution itself.
 from __future__ import annotations
 
 import itertools
+import operator
 from dataclasses import dataclass
 
 from ..dtypes import dtype as _dtype
@@ -236,6 +237,11 @@ def _restrict(tree: LoopTree, node: Loop, region: list[_Range], dims: dict[str, 
         local[r.dim] = name
 
     def index(ix: Affine) -> Affine:
+        for n, _ in ix.terms:
+            if n in subst or n.startswith("@"):
+                break
+        else:
+            return ix           # nothing to rename (a channel index, a weight's): kept as it is
         terms, const = [], ix.const
         for n, c in ix.terms:
             if n in subst:
@@ -246,7 +252,10 @@ def _restrict(tree: LoopTree, node: Loop, region: list[_Range], dims: dict[str, 
         return Affine.of(*terms, const=const)
 
     def access(acc: Access) -> Access:
-        acc = Access(acc.buffer, tuple(index(ix) for ix in acc.index), acc.zero_pad)
+        indices = tuple(index(ix) for ix in acc.index)
+        if not acc.zero_pad and all(map(operator.is_, indices, acc.index)):
+            return acc
+        acc = Access(acc.buffer, indices, acc.zero_pad)
         if acc.zero_pad and _inside_buffer(acc, tree.buffer(acc.buffer).shape, dims):
             acc = Access(acc.buffer, acc.index, False)      # a read of the interior
         return acc
@@ -293,6 +302,8 @@ def _drop_single_iterations(nodes, restricted: set[str], sizes: dict[str, int], 
         body = _drop_single_iterations(n.body, restricted, sizes, {**ranges, n.dim: min(n.step, rng)})
         if n.dim in restricted and rng <= n.step and not n.annotations and _iterated_below(body, n.dim):
             out.extend(body)
+        elif len(body) == len(n.body) and all(map(operator.is_, body, n.body)):
+            out.append(n)           # nothing dropped below: the loop as it is
         else:
             out.append(n.with_body(body))
     return tuple(out)
@@ -407,8 +418,12 @@ def stage_padded_reads(tree: LoopTree) -> LoopTree:
         return Access(staged[key], tuple(index))
 
     def fix(node, top):
+        # a subtree without a padded read is kept as it is (the interior nest of a split one)
         if isinstance(node, Loop):
-            return node.with_body(tuple(fix(n, top) for n in node.body))
+            body = tuple(fix(n, top) for n in node.body)
+            return node if all(map(operator.is_, body, node.body)) else node.with_body(body)
+        if not any(a.zero_pad for a in node.reads()):
+            return node
         return map_accesses(node, lambda a: stage(a, top) if a.zero_pad else a)
 
     written_in: dict[str, set[int]] = {}

@@ -64,6 +64,27 @@ class SegmentShape:
         return rename
 
 
+def segment_shapes(tree: LoopTree, nodes) -> list[SegmentShape | None]:
+    """segment_shape of each top-level node that may share its code: None for a node no other
+    one matches on a cheap outline (the loop sizes down its first children), whose full shape
+    would find no match (the interior and border nests of a padded convolution differ there)."""
+    outlines = [_outline(tree, n) for n in nodes]
+    count: dict[tuple, int] = {}
+    for o in outlines:
+        count[o] = count.get(o, 0) + 1
+    return [segment_shape(tree, n) if count[o] > 1 else None for n, o in zip(nodes, outlines)]
+
+
+def _outline(tree: LoopTree, node) -> tuple:
+    """What two nodes of one shape have in common, cheaply: (step, dimension size, children) of
+    each loop down the first children."""
+    out = []
+    while isinstance(node, Loop):
+        out.append((node.step, tree.dim_size(node.dim), len(node.body)))
+        node = node.body[0] if node.body else None
+    return tuple(out)
+
+
 def segment_shape(tree: LoopTree, node) -> SegmentShape | None:
     """The shape of top-level node `node`, or None for a node holding IR this module does not
     describe (then its code is never shared)."""

@@ -4,7 +4,7 @@ what compiling each node on its own gives, byte for byte and line for line of th
 import pytest
 
 from loopstack.backend import native, nest
-from loopstack.backend.reuse import segment_shape
+from loopstack.backend.reuse import segment_shape, segment_shapes
 from loopstack.isa.target import get_target
 from loopstack.tune.defaults import default_schedule
 from loopstack.workloads import WORKLOADS
@@ -24,7 +24,7 @@ def _emit(tree, target, reuse: bool, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(nest.SegmentCompiler, "compile", counting)
         if not reuse:
-            m.setattr(native, "segment_shape", lambda tree, node: None)
+            m.setattr(native, "segment_shapes", lambda tree, nodes: [None] * len(nodes))
         _, _, segments, _ = native.emit_native(tree, target)
     return segments, len(walked)
 
@@ -61,3 +61,29 @@ def test_a_node_over_another_size_or_dtype_has_another_shape():
     small, large = packed_matmul_tree(64, 64, 64), packed_matmul_tree(64, 64, 128)
     assert segment_shape(small, small.body[-1]).key != segment_shape(large, large.body[-1]).key
     assert segment_shape(small, small.body[-1]).key == segment_shape(small, small.body[-1]).key
+
+
+@pytest.mark.parametrize("name", ["MLP-8x256", "MBV3-C64", "DWCONV-3"])
+def test_a_node_left_without_a_shape_matches_no_other(name):
+    """segment_shapes skips the full shape of a node whose outline no other node has: that may
+    never lose a match, and nodes of equal outline get their full shapes."""
+    from loopstack.looptree.builders import depthwise_conv2d_tree
+
+    target = get_target("avx512")
+    if name == "DWCONV-3":      # bench/loopnest.py's schedule: padded, split into border nests
+        order = [("oh", 1), ("ow", 6), ("c", 32), ("r", 1), ("s", 1), ("ow", 1), ("c", 1)]
+        tree = depthwise_conv2d_tree(88, 28, 28, 3, 3, stride=1, padding=1, order=order)
+    else:
+        Y, _ = WORKLOADS[name].build(seed=0)
+        tree = default_schedule(Y, target).lower()
+    lowered, _, segments, _ = native.emit_native(tree, target)
+    nodes = [node for _, node in segments]
+    full = [segment_shape(lowered, node) for node in nodes]
+    shapes = segment_shapes(lowered, nodes)
+    assert any(s is None for s in shapes) or name.startswith("MLP")
+    for i, (kept, whole) in enumerate(zip(shapes, full)):
+        if kept is None:
+            others = [f.key for j, f in enumerate(full) if j != i and f is not None]
+            assert whole is None or whole.key not in others, nodes[i]
+        else:
+            assert kept.key == whole.key

@@ -254,9 +254,13 @@ class X86Emitter(Emitter):
             a.emit("vmaskmovps", vreg(reg, 256), self.mask(shape.lanes), self.sized(m, 256))
 
     def store(self, reg: int, access: Access, static: dict[str, int], shape: Shape) -> None:
-        a = self.asm
         base = self._bases.get(id(access)) or self._base(access)
         disp = base[2] + sum(map(mul, base[6], map(static.get, base[5], base[7])))     # _displacement
+        self.store_at(reg, access, static, disp, shape)
+
+    def store_at(self, reg: int, access: Access, static: dict[str, int], disp: int, shape: Shape) -> None:
+        a = self.asm
+        base = self._bases.get(id(access)) or self._base(access)
         m = _MEMS.get((id(base[1]), disp)) or self.memory(base[1], disp)
         dtype = base[4]
         if dtype == "float32" and shape.vector and shape.lanes == shape.width:     # the common case first
@@ -399,6 +403,19 @@ class X86Emitter(Emitter):
             integer.arith(self, op, d, a, b, shape)
             return
         self.asm.emit(ARITH[op] + self.suffix(shape), self.v(d, shape), self.v(a, shape), self.operand(b, shape))
+
+    def fma_reg(self, acc: int, a: int, b: int, shape: Shape) -> None:
+        if shape.vector and not self.int:       # fma's vector case, its operand a register
+            key = (self.bits, acc, a, b)
+            hit = _FMAS.get(key)
+            if hit is not None and hit[1] is None:
+                self.asm.again(hit[0])
+                return
+            full = self._full
+            self.asm.emit("vfmadd231ps", full[acc], full[a], full[b])
+            _keep(_FMAS, key, (self.asm.recorded(), None))
+            return
+        self.fma(acc, a, Val(reg=b), shape)
 
     def fma(self, acc: int, a: int, b: Val, shape: Shape) -> None:
         if self.int:
