@@ -81,13 +81,28 @@ class TuningDB:
             os.makedirs(d, exist_ok=True)
         try:
             self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            with self.conn:
-                self.conn.executescript(_SCHEMA)
-                self._migrate()
+            self._set_up()
         except sqlite3.Error as e:
             raise LoopstackError(f"tuning database {self.path} is unreadable ({e}); move it away or "
                                  "point LOOPSTACK_TUNING_DB elsewhere") from None
+
+    def _set_up(self) -> None:
+        """The write-ahead log, the schema and its migrations. Connections opening one new file
+        at once race for them, and SQLite answers some of those races "database is locked" at
+        once instead of waiting its busy timeout (switching the journal mode; a schema read
+        upgraded to a write): such a set-up is tried again until BUSY_TIMEOUT_S has passed."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                with self.conn:
+                    self.conn.executescript(_SCHEMA)
+                    self._migrate()
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _migrate(self) -> None:
         """Databases written before measurements carried their node (and a unique index)."""

@@ -197,3 +197,34 @@ def test_an_address_nothing_answers_at_fails_at_once():
     with pytest.raises(ClusterError, match="no Ray cluster answers at '127.0.0.1:"):
         with tcluster.connected(f"127.0.0.1:{port}"):
             pass
+
+
+def test_connections_opening_one_new_database_at_once_all_set_it_up(tmp_path):
+    """Tuners started side by side (a cluster's kinds, two processes) open one new file at the
+    same moment: SQLite answers some of the set-up races "database is locked" at once rather
+    than after its busy timeout; every connection still opens the database and records."""
+    import threading
+
+    from loopstack.tune.db import TuningDB
+
+    errors = []
+    for trial in range(60):
+        path = str(tmp_path / f"race{trial}.db")
+        start = threading.Barrier(8)
+
+        def open_and_record(i):
+            start.wait()
+            try:
+                with TuningDB(path) as db:
+                    db.record(f"program{i}", "avx2", [["split", i]], float(i))
+            except Exception as e:  # noqa: BLE001 - every failure is the finding
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=open_and_record, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with TuningDB(path) as db:
+            assert sum(len(db.measurements(f"program{i}", "avx2")) for i in range(8)) == 8
+    assert errors == []
