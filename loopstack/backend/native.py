@@ -305,13 +305,15 @@ class NativeKernel(KernelBase):
         self._run = self._prepared(arrays)
         self._bound = tuple(arrays)
 
-    def bind(self, *arrays: np.ndarray, threads: int | None = None):
+    def bind(self, *arrays: np.ndarray, threads: int | None = None, storage=None):
         """A call of this kernel on `arrays` prepared once, as a function of no arguments:
         the arrays checked, their pointer block built and the constants packed, in
         intermediates of its own, so that one kernel serves many sets of arrays (the layers
         of a network with the same shapes) without redoing that work at every call. The
         returned function keeps the arrays alive; calling it runs the kernel on them, its
-        parallel loops on `threads` threads (default: `kernel.threads`)."""
+        parallel loops on `threads` threads (default: `kernel.threads`). `storage(shape, dtype)`
+        makes its intermediates (default: arrays of their own; a compiled model passes its
+        region's, see region.py)."""
         if self.closed:
             raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -320,9 +322,9 @@ class NativeKernel(KernelBase):
         threads = (threads or self.threads) if self._parallel else 1
         temps = []
         for _ in range(threads):
-            own = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name in self._private}
+            own = {t.name: allocate_storage(t, storage) for t in self.lowered.temps if t.name in self._private}
             temps.append(own)
-        shared = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name not in self._private}
+        shared = {t.name: allocate_storage(t, storage) for t in self.lowered.temps if t.name not in self._private}
         for own in temps:
             own.update(shared)
         return self._prepared(tuple(arrays), temps, threads)

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import ArgumentError, LoopstackError
 from .graph import NetGraph, load
+from ..backend.region import Region
 from .memory import Interval, plan
 
 log = logging.getLogger("loopstack.onnx")
@@ -106,7 +107,10 @@ class CompiledModel:
         self.intervals = [Interval(b, dtype[b].itemsize * int(np.prod(net.buffers[b])), first[b], last[b])
                           for b in first if b not in outputs]
         self.offsets, self.arena_bytes = plan(self.intervals)
-        self._arena = empty_aligned((max(self.arena_bytes, 64),), np.uint8)
+        # the arena and the weights the layers read, on a few huge pages (backend/region.py)
+        self._region = Region()
+        self._arena = self._region.array((max(self.arena_bytes, 64),), np.uint8)
+        self._own_constants()
         # every array a kernel sees is made once, here: a kernel called again with the same
         # array objects skips its argument checks and pointer set-up
         self._views = {b: self._arena[off: off + dtype[b].itemsize * int(np.prod(net.buffers[b]))].view(dtype[b])
@@ -121,6 +125,18 @@ class CompiledModel:
         self.threads = threads
         self.compile_ms = load_ms + (time.perf_counter() - t0) * 1e3
         self.profile = False
+
+    def _own_constants(self) -> None:
+        """Each layer reads the model's copy of its constant arrays, in the region (an array
+        several layers read is copied once)."""
+        copies = {}
+        for L in self.layers:
+            for i, a in enumerate(L.args):
+                if a[0] == "const" and isinstance(a[1], np.ndarray) and a[1].flags.c_contiguous and \
+                        a[1].dtype.kind in "biuf":
+                    if id(a[1]) not in copies:
+                        copies[id(a[1])] = (a[1], self._region.copy(a[1]))
+                    L.args[i] = ("const", copies[id(a[1])][1])
 
     @property
     def threads(self) -> int | None:
@@ -139,9 +155,10 @@ class CompiledModel:
         # it can be (see _take_inputs), instead of a copy of it
         self._readers = {name: [] for name in self.input_names}
         self._pointed = {}
+        temps = Region()     # the calls' own intermediates (packed weights among them)
         for L in self.layers:
             args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]
-            call = L.kernel.bind(*args, self._store[L.out].reshape(L.shape), threads=n)
+            call = L.kernel.bind(*args, self._store[L.out].reshape(L.shape), threads=n, storage=temps.array)
             self._calls.append((L, call))
             for i, a in enumerate(L.args):
                 if a[0] == "buffer" and a[1].startswith("in:"):
