@@ -223,6 +223,13 @@ class NativeKernel(KernelBase):
         self._steps = [(func, n, EVERY_THREAD if once + i in everywhere else parallel)
                        for i, (func, n, parallel) in enumerate(self._steps)]
 
+    def per_call_reads(self) -> set[int]:
+        """The arguments (indices) that the code run by every call reads: a constant that only
+        the once-steps read, to pack it, is not among them (its packed copy is what runs read)."""
+        names = {a.buffer for _, _, node in self._segments[len(self._once):]
+                 for stmt in statements(node) for a in stmt.reads()}
+        return {i for i, b in enumerate(self.lowered.arguments) if b.name in names}
+
     @property
     def threads(self) -> int:
         """Threads a loop annotated "parallel" is split over (default: every core)."""

@@ -5,8 +5,8 @@ A network's run reads every weight once and passes through a few megabytes of ac
 nothing it reads is still in L2 at the next run: its weights come from L3, spread over
 thousands of 4 KiB pages that the second-level TLB cannot all map (2048 entries on a Sapphire
 Rapids core), so every page costs a page walk on top of its misses. Carved from a few 2 MiB
-pages instead -- the weights a layer reads, the constants its kernel packs when it is bound,
-and the buffers its activations live in -- the same data needs a few dozen TLB entries.
+pages instead -- the weights a layer's calls read, the constants its kernel packs when it is
+bound, and the buffers its activations live in -- the same data needs a few dozen TLB entries.
 (MobileNetV3-Small, one thread, AVX-512 Xeon under load, the same compiled layers in
 alternating calls: 1.46 -> 1.35 ms median with the region, 1.42 ms on 4 KiB pages.)
 

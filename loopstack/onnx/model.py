@@ -127,13 +127,15 @@ class CompiledModel:
         self.profile = False
 
     def _own_constants(self) -> None:
-        """Each layer reads the model's copy of its constant arrays, in the region (an array
-        several layers read is copied once)."""
+        """Each layer reads the model's copy of the constant arrays its calls read, in the
+        region (an array several layers read is copied once); one that a kernel only packs when
+        it is bound stays where it is (the packed copy is made in the region)."""
         copies = {}
         for L in self.layers:
+            read = L.kernel.per_call_reads() if hasattr(L.kernel, "per_call_reads") else range(len(L.args))
             for i, a in enumerate(L.args):
-                if a[0] == "const" and isinstance(a[1], np.ndarray) and a[1].flags.c_contiguous and \
-                        a[1].dtype.kind in "biuf":
+                if i in read and a[0] == "const" and isinstance(a[1], np.ndarray) and a[1].flags.c_contiguous \
+                        and a[1].dtype.kind in "biuf":
                     if id(a[1]) not in copies:
                         copies[id(a[1])] = (a[1], self._region.copy(a[1]))
                     L.args[i] = ("const", copies[id(a[1])][1])
