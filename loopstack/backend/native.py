@@ -343,14 +343,25 @@ class NativeKernel(KernelBase):
         for func, n, _ in self._once:
             func(block, 0, n)
         steps = self._steps
+        serial = None
         if threads > 1:
             run = parallel_call(steps, self._work, ptrs, threads)
-        elif len(steps) == 1:
-            run = partial(steps[0][0], block, 0, steps[0][1])
         else:
-            def run() -> None:
-                for func, n, _ in steps:
-                    func(block, 0, n)
+            from ..isa.execmem import ffi
+
+            # what a chain of calls needs to make this one from machine code (backend/chain.py);
+            # code built for another machine has no address here
+            at = int(ffi.cast("intptr_t", block))
+            segments = [c for c, _, _ in self._segments[len(self._once):]]
+            if all(hasattr(c, "address") for c in segments):
+                serial = [(c.address, at, n) for c, (_, n, _) in zip(segments, steps)]
+            if len(steps) == 1:
+                run = partial(steps[0][0], block, 0, steps[0][1])
+            else:
+                def run() -> None:
+                    for func, n, _ in steps:
+                        func(block, 0, n)
+        run.serial_steps = serial
         run.keep = ptrs         # the pointer blocks hold the arrays and temps the code addresses
         run.point = partial(self._point, ptrs)
         for c, _, _ in self._segments:       # the call holds the code it jumps to

@@ -78,6 +78,23 @@ def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
     return CompiledLayer(layer.name, layer.ops, kernel, args, layer.out, tuple(layer.shape), origin, kernel.flops)
 
 
+def _chained(calls) -> list:
+    """`calls` with each run of two or more that machine code can make in a row replaced by one
+    call of a chain (backend/chain.py)."""
+    from ..backend.chain import chain, chainable
+
+    out, run = [], []
+    for call in calls + [None]:
+        if call is not None and chainable(call):
+            run.append(call)
+            continue
+        out += [chain(run)] if len(run) > 1 else run
+        run = []
+        if call is not None:
+            out.append(call)
+    return out
+
+
 class CompiledModel:
     def __init__(self, net: NetGraph, target=None, load_ms: float = 0.0, threads: int | None = None):
         from ..backend.kernel_base import empty_aligned
@@ -165,6 +182,7 @@ class CompiledModel:
             for i, a in enumerate(L.args):
                 if a[0] == "buffer" and a[1].startswith("in:"):
                     self._readers[a[1][3:]].append((call, i, a[2]))
+        self._sequence = _chained([call for _, call in self._calls])
 
     # ------------------------------------------------------------------ running
     def _take_inputs(self, feeds: dict) -> None:
@@ -217,7 +235,7 @@ class CompiledModel:
                 call()
                 L.seconds += time.perf_counter() - t0
         else:
-            for _, call in self._calls:
+            for call in self._sequence:
                 call()
         res = {}
         for name, ref, shape in self.net.outputs:
