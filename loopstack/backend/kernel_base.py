@@ -47,10 +47,11 @@ def allocate(buf: Buffer) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(flat, buf.shape, tuple(s * dt.itemsize for s in buf.strides))
 
 
-def allocate_storage(buf: Buffer) -> np.ndarray:
+def allocate_storage(buf: Buffer, array=None) -> np.ndarray:
     """The zero-filled, cache-line aligned flat storage of a temporary buffer: what a kernel
-    addresses through the buffer's strides (padded strides leave gaps no view could show)."""
-    return empty_aligned((buf.size,), _dtype(buf.dtype).np)
+    addresses through the buffer's strides (padded strides leave gaps no view could show);
+    `array(shape, dtype)` makes it (default: empty_aligned)."""
+    return (array or empty_aligned)((buf.size,), _dtype(buf.dtype).np)
 
 
 def random_array(buf: Buffer, rng: np.random.Generator) -> np.ndarray:
@@ -90,9 +91,10 @@ class KernelBase:
         self.check_arguments(arrays)
         self._execute(arrays)
 
-    def bind(self, *arrays: np.ndarray, threads: int | None = None, scratch: dict | None = None):
+    def bind(self, *arrays: np.ndarray, threads: int | None = None, scratch: dict | None = None, storage=None):
         """A call on `arrays` as a function of no arguments, checked once here (a kernel
-        without parallel loops ignores `threads`, one without shareable temps `scratch`)."""
+        without parallel loops ignores `threads`, one without shareable temps `scratch`, one
+        without intermediates `storage`)."""
         self.check_arguments(arrays)
         return functools.partial(self._execute, tuple(arrays))
 

@@ -225,6 +225,13 @@ class NativeKernel(KernelBase):
         self._steps = [(func, n, EVERY_THREAD if once + i in everywhere else parallel)
                        for i, (func, n, parallel) in enumerate(self._steps)]
 
+    def per_call_reads(self) -> set[int]:
+        """The arguments (indices) that the code run by every call reads: a constant that only
+        the once-steps read, to pack it, is not among them (its packed copy is what runs read)."""
+        names = {a.buffer for _, _, node in self._segments[len(self._once):]
+                 for stmt in statements(node) for a in stmt.reads()}
+        return {i for i, b in enumerate(self.lowered.arguments) if b.name in names}
+
     @property
     def threads(self) -> int:
         """Threads a loop annotated "parallel" is split over (default: every core)."""
@@ -309,7 +316,8 @@ class NativeKernel(KernelBase):
         self._run = self._prepared(arrays)
         self._bound = tuple(arrays)
 
-    def bind(self, *arrays: np.ndarray, threads: int | None = None, scratch: dict | None = None):
+    def bind(self, *arrays: np.ndarray, threads: int | None = None, scratch: dict | None = None,
+             storage=None):
         """A call of this kernel on `arrays` prepared once, as a function of no arguments:
         the arrays checked, their pointer block built and the constants packed, in
         intermediates of its own, so that one kernel serves many sets of arrays (the layers
@@ -319,7 +327,9 @@ class NativeKernel(KernelBase):
 
         `scratch`: a dict the caller keeps for calls that run one after the other, never at
         once; the zero-bordered copies of padded inputs (backend.padding.zero_bordered_temps)
-        come from it, one buffer per border geometry shared by every call bound with it."""
+        come from it, one buffer per border geometry shared by every call bound with it.
+        `storage(shape, dtype)` makes its intermediates (default: arrays of their own; a compiled
+        model passes its region's, see region.py)."""
         if self.closed:
             raise LoopstackError("this kernel was closed; its code is unmapped (compile it again)")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -328,9 +338,9 @@ class NativeKernel(KernelBase):
         threads = (threads or self.threads) if self._parallel else 1
         temps = []
         for _ in range(threads):
-            own = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name in self._private}
+            own = {t.name: allocate_storage(t, storage) for t in self.lowered.temps if t.name in self._private}
             temps.append(own)
-        shared = {t.name: allocate_storage(t) for t in self.lowered.temps if t.name not in self._private}
+        shared = {t.name: allocate_storage(t, storage) for t in self.lowered.temps if t.name not in self._private}
         if scratch is not None:
             for name, key in self._zero_bordered().items():
                 if name in shared:
@@ -354,14 +364,25 @@ class NativeKernel(KernelBase):
         for func, n, _ in self._once:
             func(block, 0, n)
         steps = self._steps
+        serial = None
         if threads > 1:
             run = parallel_call(steps, self._work, ptrs, threads)
-        elif len(steps) == 1:
-            run = partial(steps[0][0], block, 0, steps[0][1])
         else:
-            def run() -> None:
-                for func, n, _ in steps:
-                    func(block, 0, n)
+            from ..isa.execmem import ffi
+
+            # what a chain of calls needs to make this one from machine code (backend/chain.py);
+            # code built for another machine has no address here
+            at = int(ffi.cast("intptr_t", block))
+            segments = [c for c, _, _ in self._segments[len(self._once):]]
+            if all(hasattr(c, "address") for c in segments):
+                serial = [(c.address, at, n) for c, (_, n, _) in zip(segments, steps)]
+            if len(steps) == 1:
+                run = partial(steps[0][0], block, 0, steps[0][1])
+            else:
+                def run() -> None:
+                    for func, n, _ in steps:
+                        func(block, 0, n)
+        run.serial_steps = serial
         run.keep = ptrs         # the pointer blocks hold the arrays and temps the code addresses
         run.point = partial(self._point, ptrs)
         for c, _, _ in self._segments:       # the call holds the code it jumps to

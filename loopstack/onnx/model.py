@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import ArgumentError, LoopstackError
 from .graph import NetGraph, load
+from ..backend.region import Region
 from .memory import Interval, plan
 
 log = logging.getLogger("loopstack.onnx")
@@ -187,6 +188,23 @@ def _compile_pending(p: _Pending, bordered: dict, target) -> CompiledLayer:
     return CompiledLayer(layer.name, layer.ops, kernel, args, layer.out, tuple(layer.shape), p.origin, kernel.flops)
 
 
+def _chained(calls) -> list:
+    """`calls` with each run of two or more that machine code can make in a row replaced by one
+    call of a chain (backend/chain.py)."""
+    from ..backend.chain import chain, chainable
+
+    out, run = [], []
+    for call in calls + [None]:
+        if call is not None and chainable(call):
+            run.append(call)
+            continue
+        out += [chain(run)] if len(run) > 1 else run
+        run = []
+        if call is not None:
+            out.append(call)
+    return out
+
+
 class CompiledModel:
     def __init__(self, net: NetGraph, target=None, load_ms: float = 0.0, threads: int | None = None,
                  borders: bool = True):
@@ -239,7 +257,10 @@ class CompiledModel:
             base = -(-self.arena_bytes // 64) * 64
             self.offsets.update({b: base + off for b, off in offsets.items()})
             self.arena_bytes = base + size
-        self._arena = empty_aligned((max(self.arena_bytes, 64),), np.uint8)
+        # the arena and the weights the layers read, on a few huge pages (backend/region.py)
+        self._region = Region()
+        self._arena = self._region.array((max(self.arena_bytes, 64),), np.uint8)
+        self._own_constants()
         # every array a kernel sees is made once, here: a kernel called again with the same
         # array objects skips its argument checks and pointer set-up
         self._views = {b: self._arena[off: off + nbytes(b)].view(dtype[b]) for b, off in self.offsets.items()}
@@ -255,6 +276,20 @@ class CompiledModel:
         self.threads = threads
         self.compile_ms = load_ms + (time.perf_counter() - t0) * 1e3
         self.profile = False
+
+    def _own_constants(self) -> None:
+        """Each layer reads the model's copy of the constant arrays its calls read, in the
+        region (an array several layers read is copied once); one that a kernel only packs when
+        it is bound stays where it is (the packed copy is made in the region)."""
+        copies = {}
+        for L in self.layers:
+            read = L.kernel.per_call_reads() if hasattr(L.kernel, "per_call_reads") else range(len(L.args))
+            for i, a in enumerate(L.args):
+                if i in read and a[0] == "const" and isinstance(a[1], np.ndarray) and a[1].flags.c_contiguous \
+                        and a[1].dtype.kind in "biuf":
+                    if id(a[1]) not in copies:
+                        copies[id(a[1])] = (a[1], self._region.copy(a[1]))
+                    L.args[i] = ("const", copies[id(a[1])][1])
 
     @property
     def threads(self) -> int | None:
@@ -276,15 +311,17 @@ class CompiledModel:
         # the layers run one after the other: the zero-bordered copies of their padded inputs
         # share one buffer per border geometry, still in cache from the layer before
         scratch: dict = {}
+        temps = Region()     # the calls' own intermediates (packed weights among them)
         for L in self.layers:
             args = [a[1] if a[0] == "const" else self._store[f"bordered:{a[1]}"] if a[0] == "bordered"
                     else self._store[a[1]].reshape(a[2]) for a in L.args]
             out = self._store[f"bordered:{L.out}"] if L.out in self.bordered else self._store[L.out].reshape(L.shape)
-            call = L.kernel.bind(*args, out, threads=n, scratch=scratch)
+            call = L.kernel.bind(*args, out, threads=n, scratch=scratch, storage=temps.array)
             self._calls.append((L, call))
             for i, a in enumerate(L.args):
                 if a[0] == "buffer" and a[1].startswith("in:"):
                     self._readers[a[1][3:]].append((call, i, a[2]))
+        self._sequence = _chained([call for _, call in self._calls])
 
     # ------------------------------------------------------------------ running
     def _take_inputs(self, feeds: dict) -> None:
@@ -337,7 +374,7 @@ class CompiledModel:
                 call()
                 L.seconds += time.perf_counter() - t0
         else:
-            for _, call in self._calls:
+            for call in self._sequence:
                 call()
         res = {}
         for name, ref, shape in self.net.outputs:

@@ -95,7 +95,7 @@ class _HostKernel:
     def __call__(self, *arrays):
         self.fn(*arrays)
 
-    def bind(self, *arrays, threads=None, scratch=None):
+    def bind(self, *arrays, threads=None, scratch=None, storage=None):
         """The call on `arrays`, prepared once (a compiled model's layers are; see Kernel.bind)."""
         return partial(self.fn, *arrays)
 
