@@ -145,6 +145,7 @@ class NativeTeam:
         self._address = self._memory.ctypes.data
         self._worker = ExecutableCode(code.worker_code(), code.WORKER_CDECL)
         self._run = ExecutableCode(code.run_code(), code.RUN_CDECL)
+        self._wake = ExecutableCode(code.wake_code(), code.WAKE_CDECL)
         self._started = 1               # threads of the team: the caller is thread 0
         self._lock = threading.Lock()
 
@@ -155,6 +156,12 @@ class NativeTeam:
                 threading.Thread(target=self._worker.func, args=(self._address, i), daemon=True,
                                  name=f"loopstack-{i}").start()
                 self._started += 1
+
+    def wake(self, threads: int) -> None:
+        """Get workers 1 .. threads-1 spinning: parallel calls are coming (see wake())."""
+        if self._started < threads:
+            self._grow(threads)
+        self._wake.func(self._address, threads)
 
     def run(self, job: Job) -> None:
         if self._started < job.threads:
@@ -175,6 +182,9 @@ class PoolTeam:
         from concurrent.futures import ThreadPoolExecutor
 
         self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="loopstack")
+
+    def wake(self, threads: int) -> None:
+        pass
 
     def run(self, job: Job) -> None:
         for func, chunks in job.chunks:
@@ -219,6 +229,15 @@ def check_threads(n) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_THREADS:
         raise ArgumentError(f"kernel.threads must be an integer from 1 to {MAX_THREADS}, got {n!r}")
     return n
+
+
+def wake(threads: int) -> None:
+    """A hint that calls on `threads` threads follow: the team's sleeping workers wake now and
+    spin, so that the first parallel call finds them awake. A network calls it as it starts a
+    run: the wake-up (50-100 us on a virtual machine) then passes during the layers before its
+    first parallel one, or at worst during the first one's chunk on the calling thread."""
+    if threads > 1:
+        team().wake(threads)
 
 
 def parallel_call(steps, work, blocks, threads: int):

@@ -16,11 +16,13 @@ for row reductions and shared values: see schedules.py), else
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..backend.threads import wake
 from ..errors import ArgumentError, LoopstackError
 from .graph import NetGraph, load
 from .memory import Interval, plan
@@ -41,8 +43,12 @@ class CompiledLayer:
     seconds: float = 0.0
 
 
-def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
+def _compile_layer(layer, net: NetGraph, target, several_threads: bool) -> CompiledLayer:
+    """One layer's kernel. On `several_threads` the team's workers are awake from one layer to
+    the next (CompiledModel.run wakes them as a run starts), so nests much smaller than a
+    standalone kernel's threshold split too (tune.defaults.AWAKE_PARALLEL_MIN_FLOPS)."""
     from ..frontend.run import compiled
+    from ..tune.defaults import AWAKE_PARALLEL_MIN_FLOPS, parallelize
     from .schedules import layer_schedule
 
     t = layer.tensor
@@ -51,6 +57,8 @@ def _compile_layer(layer, net: NetGraph, target) -> CompiledLayer:
         return CompiledLayer(layer.name, layer.ops, kernel, args, layer.out, tuple(layer.shape), origin, kernel.flops)
     try:
         tree, origin = layer_schedule(t, target)
+        if tree is not None and several_threads:
+            tree = parallelize(tree, AWAKE_PARALLEL_MIN_FLOPS)
     except Exception as e:   # noqa: BLE001 - a schedule generator's gap must not stop the model
         log.info("layer %s: no default schedule (%s: %s); compiled unscheduled", layer.name, type(e).__name__, e)
         tree, origin = None, "unscheduled"
@@ -84,12 +92,13 @@ class CompiledModel:
         t0 = time.perf_counter()
         self.net = net
         self.target = target
-        if threads == 1:        # schedules for one core (backend: a kernel of one thread)
+        if threads is not None:     # schedules for that many cores (one: a kernel of one thread)
             import dataclasses
 
             from ..isa.target import get_target
-            target = dataclasses.replace(get_target(target), cores=1)
-        self.layers = [_compile_layer(L, net, target) for L in net.layers]
+            target = dataclasses.replace(get_target(target), cores=threads)
+        several = (threads if threads is not None else os.cpu_count() or 1) > 1
+        self.layers = [_compile_layer(L, net, target, several) for L in net.layers]
         self.input_names = [n for n, _ in net.inputs]
         self.output_names = [n for n, _, _ in net.outputs]
         self._input_shapes = dict(net.inputs)
@@ -132,6 +141,7 @@ class CompiledModel:
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise ArgumentError(f"threads must be a positive integer or None, got {n!r}")
         self._threads = n
+        self._wake = 1
         # each layer's call is prepared once on its own arrays (pointer block, packed
         # constants): layers of one shape share a kernel, not its prepared arguments
         self._calls = []
@@ -143,6 +153,8 @@ class CompiledModel:
             args = [a[1] if a[0] == "const" else self._store[a[1]].reshape(a[2]) for a in L.args]
             call = L.kernel.bind(*args, self._store[L.out].reshape(L.shape), threads=n)
             self._calls.append((L, call))
+            if hasattr(call, "job"):
+                self._wake = max(self._wake, call.job.threads)
             for i, a in enumerate(L.args):
                 if a[0] == "buffer" and a[1].startswith("in:"):
                     self._readers[a[1][3:]].append((call, i, a[2]))
@@ -192,6 +204,8 @@ class CompiledModel:
     def run(self, feeds: dict, output_names=None) -> dict:
         """{output name: array} for `feeds` ({input name: array})."""
         self._take_inputs(feeds)
+        if self._wake > 1:      # workers asleep since the last run spin again from here on
+            wake(self._wake)
         if self.profile:
             for L, call in self._calls:
                 t0 = time.perf_counter()

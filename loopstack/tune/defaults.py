@@ -41,7 +41,10 @@ so they fuse into the store of the output block.
 
 **Every core** (`parallelize`): the outermost loop of a reduction's nest runs in parallel when it
 walks the output (never a reduction: the threads would race), has at least two iterations, and
-the nest does at least PARALLEL_MIN_FLOPS of work. That loop walks the column panels, except in
+the nest does at least PARALLEL_MIN_FLOPS of work (AWAKE_PARALLEL_MIN_FLOPS for a network's
+layers, whose workers are kept awake from layer to layer); an outermost loop of one iteration
+is removed first, so the loop inside it splits. For several cores a reduction's tile loop
+(channel tiles) goes inside the first output loop of two or more iterations, never outermost. That loop walks the column panels, except in
 a layer of a chain (an MLP) whose weights sit in L2: its rows are cut into one part per core
 (`Target.cores`) first, so that each thread reads only the rows it wrote in the layer before. Each thread then computes whole output
 panels in the serial order, so results are bit-identical to one thread; a kernel runs on
@@ -77,6 +80,10 @@ _TILING_COST = 0.03     # modelled efficiency a convolution loses by tiling its 
 # core's wake-up (50-100 us on a virtual machine) when they sleep (backend/threads.py), so a
 # layer this size gains when calls follow each other (MLP-64x256: 8.4 MFLOP per layer)
 PARALLEL_MIN_FLOPS = 1 << 23
+# the same for a nest whose workers are known to be awake: a network's layers on several threads
+# (onnx/model.py), called one after another, each call handing its steps to workers that still
+# spin from the layer before (a microsecond or two per step). ~5 us of one AVX-512 core
+AWAKE_PARALLEL_MIN_FLOPS = 1 << 19
 
 
 def _target(target):
@@ -317,10 +324,11 @@ def plan(graph, node, tgt) -> Plan:
         max(_source_bytes(graph, i) for i in (mult or node).inputs) > tgt.l2
     vec_entry = _entries(vec, size(vec), vec_tile or vb)
     order = [] if channels_inside else [vec_entry]
-    if reduce_tile:
-        order.append(_entries(reduce_tile[0], size(reduce_tile[0]), reduce_tile[1]))
     for v in out[:-2]:
         order.append((v, size(v), 0))
+    if reduce_tile:
+        order.insert(_tile_position(order, len(order) - len(out[:-2]), tgt.cores),
+                     _entries(reduce_tile[0], size(reduce_tile[0]), reduce_tile[1]))
     if channels_inside:
         order.append(vec_entry)
     if row:
@@ -429,11 +437,9 @@ def _direct_conv_plan(graph, node, tgt, red, weights) -> Plan:
     for v in out[:-2]:
         passes *= size(v)
     ct = _prefetchable_channel_tile(ct, size(channels), taps * vb * _BYTES, passes, size(vec) * taps * _BYTES, tgt)
-    order = []
+    order = [_entries(vec, size(vec), vb), *((v, size(v), 0) for v in out[:-2])]
     if ct < size(channels):
-        order.append(_entries(channels, size(channels), ct))
-    order.append(_entries(vec, size(vec), vb))
-    order += [(v, size(v), 0) for v in out[:-2]]
+        order.insert(_tile_position(order, 0, tgt.cores), _entries(channels, size(channels), ct))
     order.append(_entries(row, size(row), blk.mr))
     order += [(v, ct if v == channels else size(v), 0) for v in red]
     if blk.mr > 1:
@@ -443,6 +449,20 @@ def _direct_conv_plan(graph, node, tgt, red, weights) -> Plan:
     out_order = tuple(e for e in order if e[0] not in red)
     tile = (channels, ct) if ct < size(channels) else None
     return Plan(order, _clean(list(out_order), graph, node, out), blk, vec, tile, None, weights)
+
+
+def _tile_position(outer, first: int, cores: int) -> int:
+    """Where a reduction's tile loop goes among the outer output loops `outer` (outer to
+    inner): at `first` for one core. For several cores, inside the first of them with two or
+    more iterations (the vector panels, else the rows), each walking every tile: the tiles are a
+    reduction no thread can split, and outermost they would keep the nest on one thread
+    (ResNet-18's 7x7 layers, ~30 % of its time on two cores; MobileNetV3's 1x1 layers of 40
+    output channels)."""
+    if cores > 1:
+        for i, (_, count, tail) in enumerate(outer):
+            if count + (tail > 0) >= 2:
+                return max(first, i + 1)
+    return first
 
 
 def _clean(order, graph, node, dom=None):
@@ -609,23 +629,28 @@ def _rows_per_core(graph, node, p: Plan, cores: int) -> Plan:
     return replace(p, order=cut(p.order, None), out_order=cut(p.out_order, node.vars))
 
 
-def parallelize(tree):
-    """`tree` with the outermost loop of every large enough reduction nest annotated "parallel"
-    (see the module doc); loops that cannot run in parallel are left as they are."""
+def parallelize(tree, min_flops: int = PARALLEL_MIN_FLOPS):
+    """`tree` with the outermost loop of every reduction nest of at least `min_flops` annotated
+    "parallel" (see the module doc); loops that cannot run in parallel are left as they are."""
     from ..errors import ScheduleError
     from ..frontend.graph import SCHEDULED
-    from ..frontend.mutate import annotate
+    from ..frontend.mutate import annotate, remove_loop
 
     g = tree.graph
     for n in g.nodes:
         if n.op not in SCHEDULED or not g.reduced(n) or n.id not in tree._leaf:
             continue
         path = tree.path(tree.ref_of(n.id))
-        if not path:
+        if not path or tree.loop(path[0]).annotation or _nest_flops(g, tree.loop(path[0]).leaves) < min_flops:
             continue
+        # a loop of one iteration outermost (the one vector panel of a layer with few output
+        # channels) goes: the loop inside it, the rows, is the one to split
+        while len(path) > 1 and tree.loop(path[0]).entry[1:] == (1, 0) and not tree.loop(path[0]).annotation:
+            tree = remove_loop(tree, path[0])
+            path = tree.path(tree.ref_of(n.id))
         outer = tree.loop(path[0])
         var, count, tail = outer.entry
-        if outer.annotation or count + (1 if tail else 0) < 2 or _nest_flops(g, outer.leaves) < PARALLEL_MIN_FLOPS:
+        if outer.annotation or count + (1 if tail else 0) < 2:
             continue
         try:
             tree = annotate(tree, outer.ref, "parallel")

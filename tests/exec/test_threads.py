@@ -99,6 +99,39 @@ def test_sleeping_workers_wake_for_the_next_call():
     _with_deadline(calls)
 
 
+def test_a_wake_gets_a_sleeping_worker_spinning_again():
+    """threads.wake (a network calls it as a run starts): a worker asleep in futex wakes and
+    spins, its SLEEPING flag cleared, instead of going straight back to sleep on the unchanged
+    word; the next call still gets its results."""
+    from loopstack.backend.x86 import team as code
+
+    kernel, inputs, shape = _kernel("MM-256")
+    want = _serial(kernel, inputs, shape)
+    kernel.threads = 2
+    out = empty_aligned(shape, np.float32)
+    kernel(*inputs, out)
+    team = threads.team()
+    if not isinstance(team, threads.NativeTeam):
+        pytest.skip("the portable team has no sleeping workers (not x86-64 Linux)")
+    sleeping = (code.FIRST + code.SLOT + code.SLEEPING) // 8        # worker 1's flag
+
+    def woken():
+        deadline = time.perf_counter() + 10
+        while team._memory[sleeping] == 0:         # it goes to sleep after its spin
+            assert time.perf_counter() < deadline, "the worker never went to sleep"
+            time.sleep(0.001)
+        for _ in range(500):                        # each wake gives a spin of ~200 us
+            threads.wake(2)
+            until = time.perf_counter() + 0.002
+            while time.perf_counter() < until:
+                if team._memory[sleeping] == 0:
+                    return
+        raise AssertionError("a woken worker went straight back to sleep")
+    _with_deadline(woken)
+    kernel(*inputs, out)
+    np.testing.assert_array_equal(out, want)
+
+
 def test_two_callers_at_once_get_their_own_results():
     """A call that finds the team busy runs its chunks on its own thread. (Two kernels: one
     kernel object is not to be called from two threads at once, its pointer blocks are its own.)"""

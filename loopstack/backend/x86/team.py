@@ -6,7 +6,10 @@ Handing work to a thread costs a wake-up; on a virtual machine an idle core's wa
 the GIL released: it is in a cffi call) for SPIN_TICKS of the time-stamp counter before it
 sleeps in futex(FUTEX_WAIT), and a call finds it awake whenever calls follow each other. Past
 YIELD_TICKS a waiter yields its core between checks (sched_yield): on a machine with more
-runnable threads than cores, the thread it waits for may be queued behind it.
+runnable threads than cores, the thread it waits for may be queued behind it. A sleeper that
+a FUTEX_WAKE wakes spins a budget again, even when its word has not changed: `wake_code` wakes
+the workers that way when a network starts a run, so that they are spinning by the time its
+first parallel layer hands them work.
 
 Team memory (int64 words; SLOT bytes per thread so that no two threads write one cache line
 or its prefetched neighbour):
@@ -59,6 +62,7 @@ _CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
 
 WORKER_CDECL = "void(*)(intptr_t, int64_t)"      # (team address, thread number)
 RUN_CDECL = "void(*)(intptr_t, intptr_t)"        # (team address, job address)
+WAKE_CDECL = "void(*)(intptr_t, int64_t)"        # (team address, threads)
 
 
 def _slot(asm, j, field: int) -> Mem:
@@ -87,7 +91,8 @@ def _read_tsc(asm) -> None:
 def _wait_at_least(asm, me) -> None:
     """Wait until [rdi] >= r8 (signed): spin for the budget, then sleep on the word.
     `me`: the register holding the waiting thread's number. Uses rax, rcx, rdx, rsi, r10, r11."""
-    done, spin, sleep, woke = (asm.label() for _ in range(4))
+    done, top, spin, sleep, woke = (asm.label() for _ in range(5))
+    asm.bind(top)
     asm.emit("cmp", Mem(rdi), r8)
     asm.emit("jge", done)
     _read_tsc(asm)
@@ -112,7 +117,13 @@ def _wait_at_least(asm, me) -> None:
     asm.emit("cmp", rdx, r8)
     asm.emit("jge", woke)
     _futex(asm, _FUTEX_WAIT_PRIVATE)            # sleeps only while [rdi] still holds edx
-    asm.emit("jmp", sleep)
+    asm.emit("test", rax, rax)                  # -ETIMEDOUT, -EAGAIN: look again, sleep again
+    asm.emit("jne", sleep)
+    # woken (FUTEX_WAKE returns 0): by a change of the word, or by wake_code, whose caller has
+    # work coming; either way spin a budget again before the next sleep
+    slot = _slot(asm, me, SLEEPING)
+    asm.emit("mov", Mem(slot.base, slot.index, 1, slot.disp, bits=64), 0)
+    asm.emit("jmp", top)
     asm.bind(woke)
     slot = _slot(asm, me, SLEEPING)
     asm.emit("mov", Mem(slot.base, slot.index, 1, slot.disp, bits=64), 0)
@@ -259,5 +270,31 @@ def run_code() -> bytes:
     _run_steps(asm)
     asm.emit("add", r13, 1)                     # above every barrier of this call
     asm.emit("mov", Mem(rbx, None, 1, EPOCH), r13)
+    _epilogue(asm)
+    return asm.bytes()
+
+
+def wake_code() -> bytes:
+    """void wake(int64_t *team, int64_t t): futex-wake each of workers 1 .. t-1 that sleeps, so
+    that it spins (a budget) for the call its caller is about to make: a model's first
+    parallel layer then finds its workers awake instead of paying a core's wake-up. A hint
+    only, with no fence: a worker that falls asleep just after it was looked at is woken, as
+    always, by the call itself."""
+    asm = Assembler()
+    _prologue(asm)
+    asm.emit("mov", rbx, rdi)
+    asm.emit("mov", r9, rsi)
+    scan, done = asm.label(), asm.label()
+    asm.bind(scan)
+    asm.emit("sub", r9, 1)
+    asm.emit("jle", done)
+    asm.emit("mov", rcx, r9)
+    asm.emit("shl", rcx, 8)
+    asm.emit("cmp", Mem(rbx, rcx, 1, FIRST + SLEEPING, bits=64), 0)
+    asm.emit("je", scan)
+    asm.emit("lea", rdi, Mem(rbx, rcx, 1, FIRST + GO))
+    _futex(asm, _FUTEX_WAKE_PRIVATE, 1)
+    asm.emit("jmp", scan)
+    asm.bind(done)
     _epilogue(asm)
     return asm.bytes()
