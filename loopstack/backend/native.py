@@ -343,6 +343,7 @@ class NativeKernel(KernelBase):
                 for func, n, _ in steps:
                     func(block, 0, n)
         run.keep = ptrs         # the pointer blocks hold the arrays and temps the code addresses
+        run.parts = (steps, self._work, ptrs)      # threads.Job.chain runs it within a network's job
         run.point = partial(self._point, ptrs)
         for c, _, _ in self._segments:       # the call holds the code it jumps to
             if hasattr(c, "hold"):

@@ -94,28 +94,39 @@ def copies_per_thread(tree, private: set[str], once: int) -> set[int]:
 
 
 class Job:
-    """One kernel call's steps split over `threads` threads.
+    """One kernel call's steps split over `threads` threads, or the calls of a whole network
+    one after another (Job.chain).
 
     `steps`: (function, iterations, parallel?) per top-level segment, `work` their lengths in
     iterations (chunk_bounds); `blocks`: the pointer block (PointerArray) of each thread."""
 
     def __init__(self, steps, work, blocks, threads: int):
+        self.threads = threads
+        self.blocks = [blocks]          # kept alive while the job can run
+        # per step: (function, [(block cdata, start, end)] per thread)
+        self.chunks = _chunks(steps, work, blocks, threads)
+        self._encode()
+
+    @classmethod
+    def chain(cls, parts, threads: int) -> "Job":
+        """One job running several calls in order: `parts` holds each call's (steps, work,
+        blocks) (a call prepared for fewer threads gives the others nothing to do)."""
+        job = cls.__new__(cls)
+        job.threads = threads
+        job.blocks = [blocks for _, _, blocks in parts]
+        job.chunks = [c for steps, work, blocks in parts for c in _chunks(steps, work, blocks, threads)]
+        job._encode()
+        return job
+
+    def _encode(self) -> None:
         from ..isa.execmem import ffi
 
-        self.threads = threads
-        self.blocks = blocks            # kept alive while the job can run
-        self.chunks = []                # per step: (function, [(block cdata, start, end)] per thread)
-        for (func, n, parallel), length in zip(steps, work):
-            if parallel == EVERY_THREAD:
-                spans = [(0, n)] * threads
-            else:
-                bounds = chunk_bounds(n, threads, length) if parallel else [0, n]
-                bounds += [n] * (threads + 1 - len(bounds))
-                spans = list(zip(bounds, bounds[1:]))
-            self.chunks.append((func, [(blocks[i].cdata, *spans[i]) for i in range(threads)]))
-        words = [threads, len(self.chunks)]
-        for func, chunks in self.chunks:
-            words.append(int(ffi.cast("uintptr_t", func)))
+        words = [self.threads, len(self.chunks)]
+        alone = [all(start >= end for _, start, end in chunks[1:]) for _, chunks in self.chunks]
+        for k, (func, chunks) in enumerate(self.chunks):
+            # no barrier between two steps that thread 0 runs alone
+            barrier = k + 1 == len(self.chunks) or not (alone[k] and alone[k + 1])
+            words += [int(ffi.cast("uintptr_t", func)), int(barrier)]
             for cdata, start, end in chunks:
                 words += [int(ffi.cast("uintptr_t", cdata)), start, end]
         self.words = np.array(words, np.int64)
@@ -127,6 +138,23 @@ class Job:
             for cdata, start, end in chunks:
                 if start < end:
                     func(cdata, start, end)
+
+
+def _chunks(steps, work, blocks, threads: int) -> list:
+    """Per step: (function, [(block cdata, start, end)] per thread). A serial step gives every
+    iteration to thread 0; a call with fewer blocks than threads has no parallel step."""
+    res = []
+    for (func, n, parallel), length in zip(steps, work):
+        if len(blocks) < threads:       # prepared for fewer threads: thread 0's block holds its temps
+            parallel = False
+        if parallel == EVERY_THREAD:
+            spans = [(0, n)] * threads
+        else:
+            bounds = chunk_bounds(n, threads, length) if parallel else [0, n]
+            bounds += [n] * (threads + 1 - len(bounds))
+            spans = list(zip(bounds, bounds[1:]))
+        res.append((func, [(blocks[min(i, len(blocks) - 1)].cdata, *spans[i]) for i in range(threads)]))
+    return res
 
 
 class NativeTeam:
@@ -153,9 +181,21 @@ class NativeTeam:
         with self._lock:
             while self._started < threads:
                 i = self._started
-                threading.Thread(target=self._worker.func, args=(self._address, i), daemon=True,
-                                 name=f"loopstack-{i}").start()
+                threading.Thread(target=self._work, args=(i,), daemon=True, name=f"loopstack-{i}").start()
                 self._started += 1
+
+    def _work(self, i: int) -> None:
+        """Worker i: bound to the i-th CPU the process may use, then in the team's code for good.
+        Unbound, the scheduler at times left a worker on the calling thread's CPU with the other
+        idle (both then take turns at every barrier: the MLP ran at 0.4x its speed for whole
+        seconds); bound, the caller is the one that moves, and it is free to."""
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if len(cpus) > 1:
+            try:
+                os.sched_setaffinity(0, {cpus[i % len(cpus)]})     # 0: this thread
+            except OSError:
+                pass
+        self._worker.func(self._address, i)
 
     def wake(self, threads: int) -> None:
         """Get workers 1 .. threads-1 spinning: parallel calls are coming (see wake())."""

@@ -29,6 +29,13 @@ def test_mobilenets_layers_split_on_two_threads_and_match_one_thread_bit_for_bit
     assert len(large) >= 30
     split = {L.name for L in _parallel(model)}
     assert not [L.name for L in large if L.name not in split]
+    # one job for the whole network: no Python and no hand-over between two layers
+    assert len(model._runs) == 1 and len(model._runs[0].job.chunks) > len(model.layers)
+    # 88 output channels (352 bytes a pixel): the rows split, not the vector panels, whose
+    # halves would share cache lines at every pixel
+    conv = next(L for L in model.layers if L.shape == (28, 28, 88) and L.flops > 3e6)
+    outer = next(node for node in conv.kernel.lowered.body if "parallel" in getattr(node, "annotations", ()))
+    assert outer.dim != "k_1" and conv.kernel.lowered.dim_size(outer.dim) == 28, outer
     x = _input(m)
     want = None
     for threads in (1, 2, 3):
@@ -46,3 +53,21 @@ def test_a_model_for_one_thread_schedules_for_one_core():
     model = lt.onnx.compile(m, threads=1)
     model.threads = 2
     assert all(L.flops >= PARALLEL_MIN_FLOPS for L in _parallel(model))
+
+
+def test_a_networks_job_meets_at_barriers_only_where_another_thread_works():
+    """Job.chain: between two steps thread 0 runs alone there is no barrier; every step a
+    worker takes part in has one after it, and so has the last."""
+    from loopstack.backend.threads import Job
+
+    class Block:
+        cdata = 0
+    serial = ([(1, 4, False), (2, 4, False)], [4, 4], [Block()])
+    split = ([(3, 8, True)], [8], [Block(), Block()])
+    job = Job.chain([serial, split, serial], 2)
+    words = list(job.words)
+    steps, barriers, at = words[1], [], 2
+    for _ in range(steps):
+        barriers.append(words[at + 1])
+        at += 2 + 3 * 2
+    assert barriers == [0, 1, 1, 0, 1]

@@ -24,10 +24,12 @@ or its prefetched neighbour):
       +GO                   epoch of the call handed to worker j (the main thread writes)
       +JOB                  the job of that call (written before GO)
 
-A job (int64 words): [threads t, steps S] then per step [function, t x (args, start, end)]:
-thread i calls function(args_i, start_i, end_i) when start_i < end_i, then every thread meets
-at a barrier. A call of epoch E numbers its barriers E+1 .. E+S; the next call's epoch is
-E+S+1, so every thread's ARRIVED only grows and a barrier is "every ARRIVED >= its number".
+A job (int64 words): [threads t, steps S] then per step [function, barrier, t x (args, start,
+end)]: thread i calls function(args_i, start_i, end_i) when start_i < end_i, then, when the
+step's barrier word is not 0, every thread meets at a barrier (the last step always has one;
+a step run by thread 0 alone followed by another needs none: thread 0 runs them in order).
+A call of epoch E with B barriers numbers them E+1 .. E+B; the next call's epoch is E+B+1,
+so every thread's ARRIVED only grows and a barrier is "every ARRIVED >= its number".
 Workers do not wait at the last barrier (the main thread does, and then returns).
 
 Sleeping without losing a wake-up (Dekker's pattern, both sides with a full barrier):
@@ -165,13 +167,13 @@ def _epilogue(asm) -> None:
 
 def _run_steps(asm) -> None:
     """Thread r12 runs job rbp of epoch r13 on team rbx (r14: the step, r15: steps left)."""
-    step, skip, last, next_step, done = (asm.label() for _ in range(5))
+    step, skip, next_step, no_barrier, done = (asm.label() for _ in range(5))
     asm.emit("lea", r14, Mem(rbp, None, 1, 16))
     asm.emit("mov", r15, Mem(rbp, None, 1, 8))
     asm.bind(step)
-    # this thread's (args, start, end) at step + 8 + 24*i
+    # this thread's (args, start, end) at step + 16 + 24*i
     asm.emit("lea", rax, Mem(r12, r12, 2))
-    asm.emit("lea", rax, Mem(r14, rax, 8, 8))
+    asm.emit("lea", rax, Mem(r14, rax, 8, 16))
     asm.emit("mov", rdi, Mem(rax))
     asm.emit("mov", rsi, Mem(rax, None, 1, 8))
     asm.emit("mov", rdx, Mem(rax, None, 1, 16))
@@ -179,11 +181,14 @@ def _run_steps(asm) -> None:
     asm.emit("jge", skip)
     asm.emit("call", Mem(r14, bits=64))
     asm.bind(skip)
-    # arrive at barrier E + (steps done): the job is not read after this on the last step
-    # (the main thread may return and free it), so t and the step's stride are read first
+    # arrive at barrier E + (barriers passed): the job is not read after this on the last step
+    # (the main thread may return and free it), so t, the step's stride and its barrier flag
+    # are read first (lea and mov leave the flags of the cmp alone)
     asm.emit("mov", r9, Mem(rbp))
+    asm.emit("cmp", Mem(r14, None, 1, 8, bits=64), 0)
     asm.emit("lea", rax, Mem(r9, r9, 2))
-    asm.emit("lea", r14, Mem(r14, rax, 8, 8))
+    asm.emit("lea", r14, Mem(r14, rax, 8, 16))
+    asm.emit("je", no_barrier)
     asm.emit("add", r13, 1)
     asm.emit("mov", r8, r13)
     asm.emit("mov", rax, r13)
@@ -212,6 +217,10 @@ def _run_steps(asm) -> None:
     asm.emit("jmp", wait)
     asm.bind(after)
     asm.emit("test", r15, r15)
+    asm.emit("jne", step)
+    asm.emit("jmp", done)
+    asm.bind(no_barrier)                        # never the last step (Job gives that a barrier)
+    asm.emit("sub", r15, 1)
     asm.emit("jne", step)
     asm.bind(done)
 
