@@ -36,6 +36,9 @@ def test_mobilenets_layers_split_on_two_threads_and_match_one_thread_bit_for_bit
     conv = next(L for L in model.layers if L.shape == (28, 28, 88) and L.flops > 3e6)
     outer = next(node for node in conv.kernel.lowered.body if "parallel" in getattr(node, "annotations", ()))
     assert outer.dim != "k_1" and conv.kernel.lowered.dim_size(outer.dim) == 28, outer
+    # the squeeze-excitation scaling of a 14x14x240 map: element-wise, no flops counted, split
+    scaling = [L for L in model.layers if L.shape == (14, 14, 240) and "mul" in L.name and L.flops < 1e6]
+    assert scaling and all(L.name in split for L in scaling)
     x = _input(m)
     want = None
     for threads in (1, 2, 3):
