@@ -120,7 +120,7 @@ def test_a_wake_gets_a_sleeping_worker_spinning_again():
         while team._memory[sleeping] == 0:         # it goes to sleep after its spin
             assert time.perf_counter() < deadline, "the worker never went to sleep"
             time.sleep(0.001)
-        for _ in range(500):                        # each wake gives a spin of ~200 us
+        for _ in range(500):                        # each wake gives a spin of ~0.8 ms
             threads.wake(2)
             until = time.perf_counter() + 0.002
             while time.perf_counter() < until:

@@ -48,9 +48,11 @@ EPOCH, BUDGET, TIMEOUT, YIELD = 0, 8, 16, 32
 FIRST = 256
 SLOT = 256
 ARRIVED, SLEEPING, GO, JOB = 0, 8, 128, 136
-# ~200 us at a 2.6 GHz time-stamp counter: longer than the gap between a benchmark's calls and
-# between a model's layers, short enough that an idle process gives its cores back soon
-SPIN_TICKS = 1 << 19
+# ~0.8 ms at a 2.6 GHz time-stamp counter: longer than the gap between a benchmark's calls and
+# between a model's layers, and than one call of a small network beside another engine's
+# (the nets bench alternates them: an MLP's 2-thread calls came ~0.3 ms apart), short enough
+# that an idle process gives its cores back soon (past YIELD_TICKS the spinner yields anyway)
+SPIN_TICKS = 1 << 21
 # after ~12 us a waiter yields its core between checks: on a machine with more runnable threads
 # than cores the thread it waits for may be queued behind it
 YIELD_TICKS = 1 << 15
@@ -261,21 +263,12 @@ def run_code() -> bytes:
     asm.emit("mov", r13, Mem(rbx, None, 1, EPOCH))
     # GO(w) = E for w = t-1 .. 1, each woken when asleep
     asm.emit("mov", r9, Mem(rbp))
-    go, started = asm.label(), asm.label()
-    asm.bind(go)
-    asm.emit("sub", r9, 1)
-    asm.emit("jle", started)
-    asm.emit("mov", rcx, r9)
-    asm.emit("shl", rcx, 8)
-    asm.emit("mov", Mem(rbx, rcx, 1, FIRST + JOB), rbp)
-    asm.emit("mov", rax, r13)
-    asm.emit("xchg", Mem(rbx, rcx, 1, FIRST + GO), rax)
-    asm.emit("cmp", Mem(rbx, rcx, 1, FIRST + SLEEPING, bits=64), 0)
-    asm.emit("je", go)
-    asm.emit("lea", rdi, Mem(rbx, rcx, 1, FIRST + GO))
-    _futex(asm, _FUTEX_WAKE_PRIVATE, 1)
-    asm.emit("jmp", go)
-    asm.bind(started)
+
+    def hand_over(asm):
+        asm.emit("mov", Mem(rbx, rcx, 1, FIRST + JOB), rbp)
+        asm.emit("mov", rax, r13)
+        asm.emit("xchg", Mem(rbx, rcx, 1, FIRST + GO), rax)
+    _wake_workers(asm, hand_over)
     _run_steps(asm)
     asm.emit("add", r13, 1)                     # above every barrier of this call
     asm.emit("mov", Mem(rbx, None, 1, EPOCH), r13)
@@ -293,17 +286,25 @@ def wake_code() -> bytes:
     _prologue(asm)
     asm.emit("mov", rbx, rdi)
     asm.emit("mov", r9, rsi)
+    _wake_workers(asm)
+    _epilogue(asm)
+    return asm.bytes()
+
+
+def _wake_workers(asm, before=None) -> None:
+    """For each worker w = r9-1 .. 1 of team rbx: `before(asm)` (rcx holds w's slot offset),
+    then futex-wake w's GO word if w sleeps. Uses rax, rcx, rdx, rsi, rdi, r10, r11 and r9."""
     scan, done = asm.label(), asm.label()
     asm.bind(scan)
     asm.emit("sub", r9, 1)
     asm.emit("jle", done)
     asm.emit("mov", rcx, r9)
     asm.emit("shl", rcx, 8)
+    if before is not None:
+        before(asm)
     asm.emit("cmp", Mem(rbx, rcx, 1, FIRST + SLEEPING, bits=64), 0)
     asm.emit("je", scan)
     asm.emit("lea", rdi, Mem(rbx, rcx, 1, FIRST + GO))
     _futex(asm, _FUTEX_WAKE_PRIVATE, 1)
     asm.emit("jmp", scan)
     asm.bind(done)
-    _epilogue(asm)
-    return asm.bytes()
