@@ -105,7 +105,7 @@ class Job:
         self.blocks = [blocks]          # kept alive while the job can run
         # per step: (function, [(block cdata, start, end)] per thread)
         self.chunks = _chunks(steps, work, blocks, threads)
-        self._encode()
+        self._encode([0] * len(self.chunks))
 
     @classmethod
     def chain(cls, parts, threads: int) -> "Job":
@@ -114,18 +114,28 @@ class Job:
         job = cls.__new__(cls)
         job.threads = threads
         job.blocks = [blocks for _, _, blocks in parts]
-        job.chunks = [c for steps, work, blocks in parts for c in _chunks(steps, work, blocks, threads)]
-        job._encode()
+        job.chunks, calls = [], []
+        for i, (steps, work, blocks) in enumerate(parts):
+            job.chunks += _chunks(steps, work, blocks, threads)
+            calls += [i] * len(steps)
+        job._encode(calls)
         return job
 
-    def _encode(self) -> None:
+    def _encode(self, calls) -> None:
+        """The job's words; `calls`: the call each step belongs to."""
         from ..isa.execmem import ffi
 
         words = [self.threads, len(self.chunks)]
         alone = [all(start >= end for _, start, end in chunks[1:]) for _, chunks in self.chunks]
+        everyone = [self.threads > 1 and all(c[1:] == chunks[0][1:] and c[1] < c[2] for c in chunks)
+                    for _, chunks in self.chunks]
         for k, (func, chunks) in enumerate(self.chunks):
-            # no barrier between two steps that thread 0 runs alone
-            barrier = k + 1 == len(self.chunks) or not (alone[k] and alone[k + 1])
+            # no barrier between two steps that thread 0 runs alone, nor after a copy every
+            # thread makes into its own temps when the next step is of the same call: no
+            # thread reads what another wrote in it, and the call's input it reads is not
+            # written before the call's last barrier
+            barrier = k + 1 == len(self.chunks) or not (
+                alone[k] and alone[k + 1] or everyone[k] and calls[k] == calls[k + 1])
             words += [int(ffi.cast("uintptr_t", func)), int(barrier)]
             for cdata, start, end in chunks:
                 words += [int(ffi.cast("uintptr_t", cdata)), start, end]

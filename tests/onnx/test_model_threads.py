@@ -59,18 +59,21 @@ def test_a_model_for_one_thread_schedules_for_one_core():
 
 
 def test_a_networks_job_meets_at_barriers_only_where_another_thread_works():
-    """Job.chain: between two steps thread 0 runs alone there is no barrier; every step a
+    """Job.chain: between two steps thread 0 runs alone there is no barrier, nor after a copy
+    every thread makes into its own temps before a step of the same call; every other step a
     worker takes part in has one after it, and so has the last."""
-    from loopstack.backend.threads import Job
+    from loopstack.backend.threads import EVERY_THREAD, Job
 
     class Block:
         cdata = 0
     serial = ([(1, 4, False), (2, 4, False)], [4, 4], [Block()])
     split = ([(3, 8, True)], [8], [Block(), Block()])
-    job = Job.chain([serial, split, serial], 2)
+    padded = ([(4, 6, EVERY_THREAD), (5, 8, True)], [6, 8], [Block(), Block()])
+    copies = ([(6, 6, EVERY_THREAD)], [6], [Block(), Block()])
+    job = Job.chain([serial, split, serial, padded, copies, split], 2)
     words = list(job.words)
     steps, barriers, at = words[1], [], 2
     for _ in range(steps):
         barriers.append(words[at + 1])
         at += 2 + 3 * 2
-    assert barriers == [0, 1, 1, 0, 1]
+    assert barriers == [0, 1, 1, 0, 1, 0, 1, 1, 1]
