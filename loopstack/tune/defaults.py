@@ -44,12 +44,14 @@ walks the output (never a reduction: the threads would race), has at least two i
 the nest does at least PARALLEL_MIN_FLOPS of work (AWAKE_PARALLEL_MIN_FLOPS for a network's
 layers, whose workers are kept awake from layer to layer); an outermost loop of one iteration
 is removed first, so the loop inside it splits. For several cores a reduction's tile loop
-(channel tiles) goes inside the first output loop of two or more iterations, never outermost. That loop walks the column panels, except in
-a layer of a chain (an MLP) whose weights sit in L2: its rows are cut into one part per core
-(`Target.cores`) first, so that each thread reads only the rows it wrote in the layer before. Each thread then computes whole output
-panels in the serial order, so results are bit-identical to one thread; a kernel runs on
+(channel tiles) goes inside the first output loop of two or more iterations, never outermost.
+That loop walks the column panels, except in a layer of a chain (an MLP) whose weights sit in
+L2: its rows are cut into one part per core (`Target.cores`) first, so that each thread reads
+only the rows it wrote in the layer before. Each thread then computes whole output panels in
+the serial order, so results are bit-identical to one thread; a kernel runs on
 `kernel.threads` threads (every core by default, 1 to compare with single-threaded peers). The
-annotation changes no loop order: a kernel run on one thread is the serial schedule's.
+annotation changes no loop order (a network's layers may have their rows swapped outside the
+panels first): a kernel run on one thread is the same code, with the same results.
 
 `schedule_for(tensor, target)` is what the benchmark compiles: the tuning database's best schedule
 for the program on this target (`best_known_schedule`) when one was recorded, else
