@@ -189,20 +189,23 @@ class NativeTeam:
 
     def _grow(self, threads: int) -> None:
         with self._lock:
+            home = _current_cpu()
             while self._started < threads:
                 i = self._started
-                threading.Thread(target=self._work, args=(i,), daemon=True, name=f"loopstack-{i}").start()
+                threading.Thread(target=self._work, args=(i, home), daemon=True, name=f"loopstack-{i}").start()
                 self._started += 1
 
-    def _work(self, i: int) -> None:
-        """Worker i: bound to the i-th CPU the process may use, then in the team's code for good.
-        Unbound, the scheduler at times left a worker on the calling thread's CPU with the other
-        idle (both then take turns at every barrier: the MLP ran at 0.4x its speed for whole
-        seconds); bound, the caller is the one that moves, and it is free to."""
-        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        if len(cpus) > 1:
+    def _work(self, i: int, home: int | None) -> None:
+        """Worker i: kept off `home`, the CPU the caller ran on when it made the worker, then in
+        the team's code for good. Unbound, the scheduler at times left a worker on the caller's
+        CPU with the other one idle (both then take turns at every barrier: the MLP ran at 0.4x
+        its speed for whole seconds); kept off it, the caller is the one that moves, and it is
+        free to. Only one CPU is left out, so the workers of several processes (the tuner's
+        measuring workers) still spread over the machine."""
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        if home in cpus and len(cpus) > 1:
             try:
-                os.sched_setaffinity(0, {cpus[i % len(cpus)]})     # 0: this thread
+                os.sched_setaffinity(0, cpus - {home})     # 0: this thread
             except OSError:
                 pass
         self._worker.func(self._address, i)
@@ -279,6 +282,16 @@ def check_threads(n) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_THREADS:
         raise ArgumentError(f"kernel.threads must be an integer from 1 to {MAX_THREADS}, got {n!r}")
     return n
+
+
+def _current_cpu() -> int | None:
+    """The CPU the calling thread runs on (Linux), else None."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/stat") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(")") + 2:].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def wake(threads: int) -> None:

@@ -132,6 +132,23 @@ def test_a_wake_gets_a_sleeping_worker_spinning_again():
     np.testing.assert_array_equal(out, want)
 
 
+def test_workers_keep_off_the_cpu_of_the_thread_that_made_them():
+    """Each worker may run on every CPU of the process but one: the one its maker ran on."""
+    import os
+
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if len(cpus) < 2 or not isinstance(threads.team(), threads.NativeTeam):
+        pytest.skip("needs two CPUs and the native team (x86-64 Linux)")
+    threads.wake(2)
+    deadline = time.perf_counter() + 10
+    workers = [t for t in threading.enumerate() if t.name == "loopstack-1"]
+    assert workers
+    for w in workers:
+        while len(os.sched_getaffinity(w.native_id)) != len(cpus) - 1:
+            assert time.perf_counter() < deadline, os.sched_getaffinity(w.native_id)
+            time.sleep(0.001)
+
+
 def test_two_callers_at_once_get_their_own_results():
     """A call that finds the team busy runs its chunks on its own thread. (Two kernels: one
     kernel object is not to be called from two threads at once, its pointer blocks are its own.)"""
