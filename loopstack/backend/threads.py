@@ -185,14 +185,18 @@ class NativeTeam:
         self._run = ExecutableCode(code.run_code(), code.RUN_CDECL)
         self._wake = ExecutableCode(code.wake_code(), code.WAKE_CDECL)
         self._started = 1               # threads of the team: the caller is thread 0
+        self._home = None               # the CPU the workers keep off (see _work)
+        self._cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
         self._lock = threading.Lock()
 
     def _grow(self, threads: int) -> None:
         with self._lock:
-            home = _current_cpu()
+            if self._home is None:
+                self._home = _current_cpu()
             while self._started < threads:
                 i = self._started
-                threading.Thread(target=self._work, args=(i, home), daemon=True, name=f"loopstack-{i}").start()
+                threading.Thread(target=self._work, args=(i, self._home), daemon=True,
+                                 name=f"loopstack-{i}").start()
                 self._started += 1
 
     def _work(self, i: int, home: int | None) -> None:
@@ -215,6 +219,25 @@ class NativeTeam:
         if self._started < threads:
             self._grow(threads)
         self._wake.func(self._address, threads)
+        self._settle(threads)
+
+    def _settle(self, threads: int) -> None:
+        """A caller found on another CPU than the home one, with a team as large as the CPUs,
+        moves home: it shares a worker's CPU (the scheduler moved it there while a neighbour
+        held home), and the two would take turns at every barrier for as long as the
+        scheduler lets them (seconds, measured). Two system calls, only when misplaced."""
+        if self._home is None or threads < self._cpus or _SCHED_GETCPU is None:
+            return
+        cpu = _SCHED_GETCPU()
+        if cpu < 0 or cpu == self._home:
+            return
+        try:
+            mask = os.sched_getaffinity(0)
+            if self._home in mask:
+                os.sched_setaffinity(0, {self._home})
+                os.sched_setaffinity(0, mask)
+        except OSError:
+            pass
 
     def run(self, job: Job) -> None:
         if self._started < job.threads:
@@ -282,6 +305,20 @@ def check_threads(n) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_THREADS:
         raise ArgumentError(f"kernel.threads must be an integer from 1 to {MAX_THREADS}, got {n!r}")
     return n
+
+
+def _libc_sched_getcpu():
+    try:
+        import ctypes
+
+        f = ctypes.CDLL(None).sched_getcpu
+        f.restype, f.argtypes = ctypes.c_int, []
+        return f
+    except (OSError, AttributeError):
+        return None
+
+
+_SCHED_GETCPU = _libc_sched_getcpu() if sys.platform == "linux" else None
 
 
 def _current_cpu() -> int | None:

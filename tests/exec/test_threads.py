@@ -149,6 +149,33 @@ def test_workers_keep_off_the_cpu_of_the_thread_that_made_them():
             time.sleep(0.001)
 
 
+def test_a_caller_moved_onto_a_workers_cpu_goes_home_when_the_team_fills_the_machine():
+    import os
+
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    team = threads.team()
+    if len(cpus) < 2 or not isinstance(team, threads.NativeTeam) or threads._SCHED_GETCPU is None:
+        pytest.skip("needs two CPUs, the native team (x86-64 Linux) and sched_getcpu")
+    threads.wake(len(cpus))
+    home = team._home
+    other = min(cpus - {home})
+    went = []
+    try:
+        for _ in range(20):     # (the scheduler may move the thread too, between two lines)
+            os.sched_setaffinity(0, {other})       # the scheduler's move, made by hand
+            os.sched_setaffinity(0, cpus)
+            if threads._SCHED_GETCPU() != other:
+                continue
+            threads.wake(len(cpus))
+            went.append(threads._SCHED_GETCPU())
+            assert os.sched_getaffinity(0) == cpus
+            if went[-1] == home:
+                break
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert went and went[-1] == home, (home, other, went)
+
+
 def test_two_callers_at_once_get_their_own_results():
     """A call that finds the team busy runs its chunks on its own thread. (Two kernels: one
     kernel object is not to be called from two threads at once, its pointer blocks are its own.)"""
