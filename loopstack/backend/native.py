@@ -384,6 +384,7 @@ class NativeKernel(KernelBase):
                         func(block, 0, n)
         run.serial_steps = serial
         run.keep = ptrs         # the pointer blocks hold the arrays and temps the code addresses
+        run.parts = (steps, self._work, ptrs)      # threads.Job.chain runs it within a network's job
         run.point = partial(self._point, ptrs)
         for c, _, _ in self._segments:       # the call holds the code it jumps to
             if hasattr(c, "hold"):

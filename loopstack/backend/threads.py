@@ -94,28 +94,49 @@ def copies_per_thread(tree, private: set[str], once: int) -> set[int]:
 
 
 class Job:
-    """One kernel call's steps split over `threads` threads.
+    """One kernel call's steps split over `threads` threads, or the calls of a whole network
+    one after another (Job.chain).
 
     `steps`: (function, iterations, parallel?) per top-level segment, `work` their lengths in
     iterations (chunk_bounds); `blocks`: the pointer block (PointerArray) of each thread."""
 
     def __init__(self, steps, work, blocks, threads: int):
+        self.threads = threads
+        self.blocks = [blocks]          # kept alive while the job can run
+        # per step: (function, [(block cdata, start, end)] per thread)
+        self.chunks = _chunks(steps, work, blocks, threads)
+        self._encode([0] * len(self.chunks))
+
+    @classmethod
+    def chain(cls, parts, threads: int) -> "Job":
+        """One job running several calls in order: `parts` holds each call's (steps, work,
+        blocks) (a call prepared for fewer threads gives the others nothing to do)."""
+        job = cls.__new__(cls)
+        job.threads = threads
+        job.blocks = [blocks for _, _, blocks in parts]
+        job.chunks, calls = [], []
+        for i, (steps, work, blocks) in enumerate(parts):
+            job.chunks += _chunks(steps, work, blocks, threads)
+            calls += [i] * len(steps)
+        job._encode(calls)
+        return job
+
+    def _encode(self, calls) -> None:
+        """The job's words; `calls`: the call each step belongs to."""
         from ..isa.execmem import ffi
 
-        self.threads = threads
-        self.blocks = blocks            # kept alive while the job can run
-        self.chunks = []                # per step: (function, [(block cdata, start, end)] per thread)
-        for (func, n, parallel), length in zip(steps, work):
-            if parallel == EVERY_THREAD:
-                spans = [(0, n)] * threads
-            else:
-                bounds = chunk_bounds(n, threads, length) if parallel else [0, n]
-                bounds += [n] * (threads + 1 - len(bounds))
-                spans = list(zip(bounds, bounds[1:]))
-            self.chunks.append((func, [(blocks[i].cdata, *spans[i]) for i in range(threads)]))
-        words = [threads, len(self.chunks)]
-        for func, chunks in self.chunks:
-            words.append(int(ffi.cast("uintptr_t", func)))
+        words = [self.threads, len(self.chunks)]
+        alone = [all(start >= end for _, start, end in chunks[1:]) for _, chunks in self.chunks]
+        everyone = [self.threads > 1 and all(c[1:] == chunks[0][1:] and c[1] < c[2] for c in chunks)
+                    for _, chunks in self.chunks]
+        for k, (func, chunks) in enumerate(self.chunks):
+            # no barrier between two steps that thread 0 runs alone, nor after a copy every
+            # thread makes into its own temps when the next step is of the same call: no
+            # thread reads what another wrote in it, and the call's input it reads is not
+            # written before the call's last barrier
+            barrier = k + 1 == len(self.chunks) or not (
+                alone[k] and alone[k + 1] or everyone[k] and calls[k] == calls[k + 1])
+            words += [int(ffi.cast("uintptr_t", func)), int(barrier)]
             for cdata, start, end in chunks:
                 words += [int(ffi.cast("uintptr_t", cdata)), start, end]
         self.words = np.array(words, np.int64)
@@ -127,6 +148,23 @@ class Job:
             for cdata, start, end in chunks:
                 if start < end:
                     func(cdata, start, end)
+
+
+def _chunks(steps, work, blocks, threads: int) -> list:
+    """Per step: (function, [(block cdata, start, end)] per thread). A serial step gives every
+    iteration to thread 0; a call with fewer blocks than threads has no parallel step."""
+    res = []
+    for (func, n, parallel), length in zip(steps, work):
+        if len(blocks) < threads:       # prepared for fewer threads: thread 0's block holds its temps
+            parallel = False
+        if parallel == EVERY_THREAD:
+            spans = [(0, n)] * threads
+        else:
+            bounds = chunk_bounds(n, threads, length) if parallel else [0, n]
+            bounds += [n] * (threads + 1 - len(bounds))
+            spans = list(zip(bounds, bounds[1:]))
+        res.append((func, [(blocks[min(i, len(blocks) - 1)].cdata, *spans[i]) for i in range(threads)]))
+    return res
 
 
 class NativeTeam:
@@ -145,16 +183,61 @@ class NativeTeam:
         self._address = self._memory.ctypes.data
         self._worker = ExecutableCode(code.worker_code(), code.WORKER_CDECL)
         self._run = ExecutableCode(code.run_code(), code.RUN_CDECL)
+        self._wake = ExecutableCode(code.wake_code(), code.WAKE_CDECL)
         self._started = 1               # threads of the team: the caller is thread 0
+        self._home = None               # the CPU the workers keep off (see _work)
+        self._cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
         self._lock = threading.Lock()
 
     def _grow(self, threads: int) -> None:
         with self._lock:
+            if self._home is None:
+                self._home = _current_cpu()
             while self._started < threads:
                 i = self._started
-                threading.Thread(target=self._worker.func, args=(self._address, i), daemon=True,
+                threading.Thread(target=self._work, args=(i, self._home), daemon=True,
                                  name=f"loopstack-{i}").start()
                 self._started += 1
+
+    def _work(self, i: int, home: int | None) -> None:
+        """Worker i: kept off `home`, the CPU the caller ran on when it made the worker, then in
+        the team's code for good. Unbound, the scheduler at times left a worker on the caller's
+        CPU with the other one idle (both then take turns at every barrier: the MLP ran at 0.4x
+        its speed for whole seconds); kept off it, the caller is the one that moves, and it is
+        free to. Only one CPU is left out, so the workers of several processes (the tuner's
+        measuring workers) still spread over the machine."""
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        if home in cpus and len(cpus) > 1:
+            try:
+                os.sched_setaffinity(0, cpus - {home})     # 0: this thread
+            except OSError:
+                pass
+        self._worker.func(self._address, i)
+
+    def wake(self, threads: int) -> None:
+        """Get workers 1 .. threads-1 spinning: parallel calls are coming (see wake())."""
+        if self._started < threads:
+            self._grow(threads)
+        self._wake.func(self._address, threads)
+        self._settle(threads)
+
+    def _settle(self, threads: int) -> None:
+        """A caller found on another CPU than the home one, with a team as large as the CPUs,
+        moves home: it shares a worker's CPU (the scheduler moved it there while a neighbour
+        held home), and the two would take turns at every barrier for as long as the
+        scheduler lets them (seconds, measured). Two system calls, only when misplaced."""
+        if self._home is None or threads < self._cpus or _SCHED_GETCPU is None:
+            return
+        cpu = _SCHED_GETCPU()
+        if cpu < 0 or cpu == self._home:
+            return
+        try:
+            mask = os.sched_getaffinity(0)
+            if self._home in mask:
+                os.sched_setaffinity(0, {self._home})
+                os.sched_setaffinity(0, mask)
+        except OSError:
+            pass
 
     def run(self, job: Job) -> None:
         if self._started < job.threads:
@@ -175,6 +258,9 @@ class PoolTeam:
         from concurrent.futures import ThreadPoolExecutor
 
         self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="loopstack")
+
+    def wake(self, threads: int) -> None:
+        pass
 
     def run(self, job: Job) -> None:
         for func, chunks in job.chunks:
@@ -219,6 +305,39 @@ def check_threads(n) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_THREADS:
         raise ArgumentError(f"kernel.threads must be an integer from 1 to {MAX_THREADS}, got {n!r}")
     return n
+
+
+def _libc_sched_getcpu():
+    try:
+        import ctypes
+
+        f = ctypes.CDLL(None).sched_getcpu
+        f.restype, f.argtypes = ctypes.c_int, []
+        return f
+    except (OSError, AttributeError):
+        return None
+
+
+_SCHED_GETCPU = _libc_sched_getcpu() if sys.platform == "linux" else None
+
+
+def _current_cpu() -> int | None:
+    """The CPU the calling thread runs on (Linux), else None."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/stat") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(")") + 2:].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def wake(threads: int) -> None:
+    """A hint that calls on `threads` threads follow: the team's sleeping workers wake now and
+    spin, so that the first parallel call finds them awake. A network calls it as it starts a
+    run: the wake-up (50-100 us on a virtual machine) then passes during the layers before its
+    first parallel one, or at worst during the first one's chunk on the calling thread."""
+    if threads > 1:
+        team().wake(threads)
 
 
 def parallel_call(steps, work, blocks, threads: int):

@@ -41,12 +41,17 @@ so they fuse into the store of the output block.
 
 **Every core** (`parallelize`): the outermost loop of a reduction's nest runs in parallel when it
 walks the output (never a reduction: the threads would race), has at least two iterations, and
-the nest does at least PARALLEL_MIN_FLOPS of work. That loop walks the column panels, except in
-a layer of a chain (an MLP) whose weights sit in L2: its rows are cut into one part per core
-(`Target.cores`) first, so that each thread reads only the rows it wrote in the layer before. Each thread then computes whole output
-panels in the serial order, so results are bit-identical to one thread; a kernel runs on
+the nest does at least PARALLEL_MIN_FLOPS of work (AWAKE_PARALLEL_MIN_FLOPS for a network's
+layers, whose workers are kept awake from layer to layer); an outermost loop of one iteration
+is removed first, so the loop inside it splits. For several cores a reduction's tile loop
+(channel tiles) goes inside the first output loop of two or more iterations, never outermost.
+That loop walks the column panels, except in a layer of a chain (an MLP) whose weights sit in
+L2: its rows are cut into one part per core (`Target.cores`) first, so that each thread reads
+only the rows it wrote in the layer before. Each thread then computes whole output panels in
+the serial order, so results are bit-identical to one thread; a kernel runs on
 `kernel.threads` threads (every core by default, 1 to compare with single-threaded peers). The
-annotation changes no loop order: a kernel run on one thread is the serial schedule's.
+annotation changes no loop order (a network's layers may have their rows swapped outside the
+panels first): a kernel run on one thread is the same code, with the same results.
 
 `schedule_for(tensor, target)` is what the benchmark compiles: the tuning database's best schedule
 for the program on this target (`best_known_schedule`) when one was recorded, else
@@ -55,6 +60,7 @@ for the program on this target (`best_known_schedule`) when one was recorded, el
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 
 __all__ = ["default_schedule", "best_known_schedule", "chosen_schedule", "schedule_for", "BlockChoice", "plan",
@@ -82,6 +88,12 @@ _TILING_COST = 0.03     # modelled efficiency a convolution loses by tiling its 
 # core's wake-up (50-100 us on a virtual machine) when they sleep (backend/threads.py), so a
 # layer this size gains when calls follow each other (MLP-64x256: 8.4 MFLOP per layer)
 PARALLEL_MIN_FLOPS = 1 << 23
+# the same for a nest whose workers are known to be awake: a network's layers on several threads
+# (onnx/model.py), called one after another, each call handing its steps to workers that still
+# spin from the layer before (a microsecond or two per step). ~5 us of one AVX-512 core
+AWAKE_PARALLEL_MIN_FLOPS = 1 << 19
+# elements of an element-wise nest below which a network's layer does not split it (~3 us)
+AWAKE_PARALLEL_MIN_ELEMENTS = 1 << 14
 
 
 def _target(target):
@@ -347,10 +359,11 @@ def plan(graph, node, tgt) -> Plan:
         max(_source_bytes(graph, i) for i in (mult or node).inputs) > tgt.l2
     vec_entry = _entries(vec, size(vec), vec_tile or vb)
     order = [] if channels_inside else [vec_entry]
-    if reduce_tile:
-        order.append(_entries(reduce_tile[0], size(reduce_tile[0]), reduce_tile[1]))
     for v in out[:-2]:
         order.append((v, size(v), 0))
+    if reduce_tile:
+        order.insert(_tile_position(order, len(order) - len(out[:-2]), tgt.cores),
+                     _entries(reduce_tile[0], size(reduce_tile[0]), reduce_tile[1]))
     if channels_inside:
         order.append(vec_entry)
     if row:
@@ -501,11 +514,9 @@ def _direct_conv_plan(graph, node, tgt, red, weights) -> Plan:
     for v in out[:-2]:
         passes *= size(v)
     ct = _prefetchable_channel_tile(ct, size(channels), taps * vb * _BYTES, passes, size(vec) * taps * _BYTES, tgt)
-    order = []
+    order = [_entries(vec, size(vec), vb), *((v, size(v), 0) for v in out[:-2])]
     if ct < size(channels):
-        order.append(_entries(channels, size(channels), ct))
-    order.append(_entries(vec, size(vec), vb))
-    order += [(v, size(v), 0) for v in out[:-2]]
+        order.insert(_tile_position(order, 0, tgt.cores), _entries(channels, size(channels), ct))
     order.append(_entries(row, size(row), blk.mr))
     order += [(v, ct if v == channels else size(v), 0) for v in red]
     if blk.mr > 1:
@@ -515,6 +526,20 @@ def _direct_conv_plan(graph, node, tgt, red, weights) -> Plan:
     out_order = tuple(e for e in order if e[0] not in red)
     tile = (channels, ct) if ct < size(channels) else None
     return Plan(order, _clean(list(out_order), graph, node, out), blk, vec, tile, None, weights)
+
+
+def _tile_position(outer, first: int, cores: int) -> int:
+    """Where a reduction's tile loop goes among the outer output loops `outer` (outer to
+    inner): at `first` for one core. For several cores, inside the first of them with two or
+    more iterations (the vector panels, else the rows), each walking every tile: the tiles are a
+    reduction no thread can split, and outermost they would keep the nest on one thread
+    (ResNet-18's 7x7 layers, ~30 % of its time on two cores; MobileNetV3's 1x1 layers of 40
+    output channels)."""
+    if cores > 1:
+        for i, (_, count, tail) in enumerate(outer):
+            if count + (tail > 0) >= 2:
+                return max(first, i + 1)
+    return first
 
 
 def _clean(order, graph, node, dom=None):
@@ -691,43 +716,112 @@ def _rows_per_core(graph, node, p: Plan, cores: int) -> Plan:
     return replace(p, order=cut(p.order, None), out_order=cut(p.out_order, node.vars))
 
 
-def parallelize(tree):
-    """`tree` with the outermost loop of every large enough reduction nest annotated "parallel"
-    (see the module doc); loops that cannot run in parallel are left as they are."""
+def parallelize(tree, min_flops: int = PARALLEL_MIN_FLOPS, cores: int = 0):
+    """`tree` with the outermost loop of every reduction nest of at least `min_flops` annotated
+    "parallel" (see the module doc); loops that cannot run in parallel are left as they are.
+    With `cores` (a network's layers): the rows split instead of the vector panels where that
+    shares the work better or keeps each thread's output off the other's cache lines
+    (_rows_split_better)."""
     from ..errors import ScheduleError
     from ..frontend.graph import SCHEDULED
-    from ..frontend.mutate import annotate, annotate_loops, annotation_change
+    from ..frontend.mutate import annotate, annotate_loops, annotation_change, remove_loop, swap_loops
 
     g = tree.graph
     chosen = []
+
+    def annotated(tree, chosen):
+        """`tree` with the chosen loops annotated: in one tree for every nest, else each on its
+        own (one of them refused by the whole tree's check)."""
+        if not chosen:
+            return tree
+        try:
+            return annotate_loops(tree, chosen, "parallel")
+        except ScheduleError:
+            pass
+        for ref in chosen:
+            try:
+                tree = annotate(tree, ref, "parallel")
+            except ScheduleError:
+                continue
+        return tree
+
     for n in g.nodes:
         if n.op not in SCHEDULED or not g.reduced(n) or n.id not in tree._leaf:
             continue
         path = tree.path(tree.ref_of(n.id))
-        if not path:
+        if not path or tree.loop(path[0]).annotation or _nest_flops(g, tree.loop(path[0]).leaves) < min_flops:
             continue
+        # a loop of one iteration outermost (the one vector panel of a layer with few output
+        # channels) goes: the loop inside it, the rows, is the one to split
+        one = len(path) > 1 and tree.loop(path[0]).entry[1:] == (1, 0) and not tree.loop(path[0]).annotation
+        swap = not one and cores > 1 and len(path) > 1 and \
+            _rows_split_better(tree, n, tree.loop(path[0]), tree.loop(path[1]), cores)
+        if one or swap:     # a mutation makes a new tree: the loops chosen so far are annotated first
+            tree, chosen = annotated(tree, chosen), []
+            path = tree.path(tree.ref_of(n.id))
+            while len(path) > 1 and tree.loop(path[0]).entry[1:] == (1, 0) and not tree.loop(path[0]).annotation:
+                tree = remove_loop(tree, path[0])
+                path = tree.path(tree.ref_of(n.id))
+            if cores > 1 and len(path) > 1 and \
+                    _rows_split_better(tree, n, tree.loop(path[0]), tree.loop(path[1]), cores):
+                tree = swap_loops(tree, path[0], path[1])
+                path = tree.path(tree.ref_of(n.id))
         outer = tree.loop(path[0])
         var, count, tail = outer.entry
-        if outer.annotation or outer.ref in chosen or count + (1 if tail else 0) < 2 \
-                or _nest_flops(g, outer.leaves) < PARALLEL_MIN_FLOPS:
+        if outer.annotation or outer.ref in chosen or count + (1 if tail else 0) < 2:
             continue
         try:
             annotation_change(tree, outer.ref, "parallel")
         except ScheduleError:      # a reduction outermost (a channel tile): stays serial
             continue
         chosen.append(outer.ref)
-    if not chosen:
-        return tree
-    try:
-        return annotate_loops(tree, chosen, "parallel")      # one tree for every nest
-    except ScheduleError:
-        pass
-    for ref in chosen:       # one of them is refused by the whole tree's check: each on its own
-        try:
-            tree = annotate(tree, ref, "parallel")
-        except ScheduleError:
-            continue
+    tree = annotated(tree, chosen)
+    if cores > 1:
+        tree = _parallel_elementwise(tree)
     return tree
+
+
+def _parallel_elementwise(tree):
+    """`tree` with the outermost loop of each large enough nest of element-wise statements only
+    (a network's scaling by a squeeze-excitation vector: 14x14x240 products, 5-15 us) annotated
+    "parallel", when it has two or more iterations."""
+    from ..frontend.graph import SCHEDULED
+    from ..frontend.mutate import annotate
+
+    g = tree.graph
+    for ref in [r for r in tree.loops if tree.loop(r).depth == 0]:
+        outer = tree.loop(ref)
+        nodes = [g.node(i) for i in outer.leaves]
+        if outer.annotation or outer.entry[1] + (outer.entry[2] > 0) < 2 or \
+                any(n.op not in SCHEDULED or g.reduced(n) for n in nodes):
+            continue
+        elements = max(math.prod(g.size(v) for v in g.domain(n)) for n in nodes)
+        if elements >= AWAKE_PARALLEL_MIN_ELEMENTS:
+            tree = annotate(tree, ref, "parallel")
+    return tree
+
+
+def _rows_split_better(tree, node, outer, inner, cores: int) -> bool:
+    """Whether the loop `inner` just inside the vector panels `outer` (its only child, over
+    output rows) is the better one to split between `cores` threads: it shares the work
+    better (MobileNetV3's 96 channels in panels of 64 and 32: 1.5x at best), or as well while
+    the panel split would leave the threads writing halves of one cache line pair at every
+    output pixel (88 channels: 352 bytes a pixel; layers of 20-30 us ran slower on two threads
+    than on one)."""
+    from ..backend.threads import split_bound
+
+    g = tree.graph
+    var, count, tail = outer.entry
+    rv, rcount, rtail = inner.entry
+    if var != node.vars[-1] or tree.children(outer.ref) != [inner.ref] or inner.annotation or \
+            rv in g.reduced(node) or rv not in node.vars or rtail or rcount < 2:
+        return False
+    step = (g.size(var) - tail) // count
+    panels = split_bound(count + (1 if tail else 0), cores, count + tail / step)
+    rows = split_bound(rcount, cores)
+    pair = 2 * _LINE
+    apart = (g.size(var) * _BYTES) % pair or (step * _BYTES) % pair
+    return rows > panels + 1e-9 or (rows >= panels - 1e-9 and bool(apart))
 
 
 def _nest_flops(graph, node_ids) -> int:

@@ -40,14 +40,42 @@ def test_small_nests_stay_on_one_thread(name):
     assert not _parallel_loops(default_schedule(Y))
 
 
+def _outer_entry(tree):
+    nid = main_node(tree)
+    return tree.loop(tree.path(tree.ref_of(nid))[0]).entry
+
+
 def test_a_reduction_outermost_stays_serial():
+    """CONV-4 for one core: its channel tiles (weights beyond L2) are the nest's outermost
+    loop, a reduction no thread may split."""
     Y, _ = get_workload("CONV-4").build(seed=0)
-    tree = default_schedule(Y)
+    tree = default_schedule(Y, _cores(1))
+    assert _outer_entry(tree)[0] in tree.graph.reduced(tree.graph.node(main_node(tree)))
+    assert not _parallel_loops(tree)
+
+
+def test_channel_tiles_for_several_cores_go_inside_the_vector_panels():
+    """CONV-4 (ResNet-18's 7x7 layers) for two cores: the vector panels walk every channel tile,
+    outermost, and the panels split between threads, bit-identical to one thread."""
+    Y, reference = get_workload("CONV-4").build(seed=2)
+    tree = default_schedule(Y, _cores(2))
     g = tree.graph
     nid = main_node(tree)
-    outer = tree.loop(tree.path(tree.ref_of(nid))[0])
-    assert outer.entry[0] in g.reduced(g.node(nid))          # its channel tiles
-    assert not _parallel_loops(tree)
+    assert _outer_entry(tree)[0] == g.node(nid).vars[-1]                    # the output channels
+    assert any(tree.loop(r).entry[0] in g.reduced(g.node(nid)) for r in tree.path(tree.ref_of(nid))[1:2])
+    assert _parallel_loops(tree)
+    Y.set(tree)
+    kernel = Y.compile()
+    inputs = [r.data for r in program(Y).reads]
+    outs = []
+    for threads in (1, 2, 3):
+        kernel.threads = threads
+        out = empty_aligned(Y.shape, np.float32)
+        kernel(*inputs, out)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
+    np.testing.assert_allclose(outs[0], reference(), rtol=1e-3, atol=1e-3)
 
 
 def test_the_tuners_candidates_are_parallel_too():

@@ -99,6 +99,83 @@ def test_sleeping_workers_wake_for_the_next_call():
     _with_deadline(calls)
 
 
+def test_a_wake_gets_a_sleeping_worker_spinning_again():
+    """threads.wake (a network calls it as a run starts): a worker asleep in futex wakes and
+    spins, its SLEEPING flag cleared, instead of going straight back to sleep on the unchanged
+    word; the next call still gets its results."""
+    from loopstack.backend.x86 import team as code
+
+    kernel, inputs, shape = _kernel("MM-256")
+    want = _serial(kernel, inputs, shape)
+    kernel.threads = 2
+    out = empty_aligned(shape, np.float32)
+    kernel(*inputs, out)
+    team = threads.team()
+    if not isinstance(team, threads.NativeTeam):
+        pytest.skip("the portable team has no sleeping workers (not x86-64 Linux)")
+    sleeping = (code.FIRST + code.SLOT + code.SLEEPING) // 8        # worker 1's flag
+
+    def woken():
+        deadline = time.perf_counter() + 10
+        while team._memory[sleeping] == 0:         # it goes to sleep after its spin
+            assert time.perf_counter() < deadline, "the worker never went to sleep"
+            time.sleep(0.001)
+        for _ in range(500):                        # each wake gives a spin of ~0.8 ms
+            threads.wake(2)
+            until = time.perf_counter() + 0.002
+            while time.perf_counter() < until:
+                if team._memory[sleeping] == 0:
+                    return
+        raise AssertionError("a woken worker went straight back to sleep")
+    _with_deadline(woken)
+    kernel(*inputs, out)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_workers_keep_off_the_cpu_of_the_thread_that_made_them():
+    """Each worker may run on every CPU of the process but one: the one its maker ran on."""
+    import os
+
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    if len(cpus) < 2 or not isinstance(threads.team(), threads.NativeTeam):
+        pytest.skip("needs two CPUs and the native team (x86-64 Linux)")
+    threads.wake(2)
+    deadline = time.perf_counter() + 10
+    workers = [t for t in threading.enumerate() if t.name == "loopstack-1"]
+    assert workers
+    for w in workers:
+        while len(os.sched_getaffinity(w.native_id)) != len(cpus) - 1:
+            assert time.perf_counter() < deadline, os.sched_getaffinity(w.native_id)
+            time.sleep(0.001)
+
+
+def test_a_caller_moved_onto_a_workers_cpu_goes_home_when_the_team_fills_the_machine():
+    import os
+
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    team = threads.team()
+    if len(cpus) < 2 or not isinstance(team, threads.NativeTeam) or threads._SCHED_GETCPU is None:
+        pytest.skip("needs two CPUs, the native team (x86-64 Linux) and sched_getcpu")
+    threads.wake(len(cpus))
+    home = team._home
+    other = min(cpus - {home})
+    went = []
+    try:
+        for _ in range(20):     # (the scheduler may move the thread too, between two lines)
+            os.sched_setaffinity(0, {other})       # the scheduler's move, made by hand
+            os.sched_setaffinity(0, cpus)
+            if threads._SCHED_GETCPU() != other:
+                continue
+            threads.wake(len(cpus))
+            went.append(threads._SCHED_GETCPU())
+            assert os.sched_getaffinity(0) == cpus
+            if went[-1] == home:
+                break
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert went and went[-1] == home, (home, other, went)
+
+
 def test_two_callers_at_once_get_their_own_results():
     """A call that finds the team busy runs its chunks on its own thread. (Two kernels: one
     kernel object is not to be called from two threads at once, its pointer blocks are its own.)"""

@@ -6,7 +6,10 @@ Handing work to a thread costs a wake-up; on a virtual machine an idle core's wa
 the GIL released: it is in a cffi call) for SPIN_TICKS of the time-stamp counter before it
 sleeps in futex(FUTEX_WAIT), and a call finds it awake whenever calls follow each other. Past
 YIELD_TICKS a waiter yields its core between checks (sched_yield): on a machine with more
-runnable threads than cores, the thread it waits for may be queued behind it.
+runnable threads than cores, the thread it waits for may be queued behind it. A sleeper that
+a FUTEX_WAKE wakes spins a budget again, even when its word has not changed: `wake_code` wakes
+the workers that way when a network starts a run, so that they are spinning by the time its
+first parallel layer hands them work.
 
 Team memory (int64 words; SLOT bytes per thread so that no two threads write one cache line
 or its prefetched neighbour):
@@ -21,10 +24,12 @@ or its prefetched neighbour):
       +GO                   epoch of the call handed to worker j (the main thread writes)
       +JOB                  the job of that call (written before GO)
 
-A job (int64 words): [threads t, steps S] then per step [function, t x (args, start, end)]:
-thread i calls function(args_i, start_i, end_i) when start_i < end_i, then every thread meets
-at a barrier. A call of epoch E numbers its barriers E+1 .. E+S; the next call's epoch is
-E+S+1, so every thread's ARRIVED only grows and a barrier is "every ARRIVED >= its number".
+A job (int64 words): [threads t, steps S] then per step [function, barrier, t x (args, start,
+end)]: thread i calls function(args_i, start_i, end_i) when start_i < end_i, then, when the
+step's barrier word is not 0, every thread meets at a barrier (the last step always has one;
+a step run by thread 0 alone followed by another needs none: thread 0 runs them in order).
+A call of epoch E with B barriers numbers them E+1 .. E+B; the next call's epoch is E+B+1,
+so every thread's ARRIVED only grows and a barrier is "every ARRIVED >= its number".
 Workers do not wait at the last barrier (the main thread does, and then returns).
 
 Sleeping without losing a wake-up (Dekker's pattern, both sides with a full barrier):
@@ -43,9 +48,11 @@ EPOCH, BUDGET, TIMEOUT, YIELD = 0, 8, 16, 32
 FIRST = 256
 SLOT = 256
 ARRIVED, SLEEPING, GO, JOB = 0, 8, 128, 136
-# ~200 us at a 2.6 GHz time-stamp counter: longer than the gap between a benchmark's calls and
-# between a model's layers, short enough that an idle process gives its cores back soon
-SPIN_TICKS = 1 << 19
+# ~0.8 ms at a 2.6 GHz time-stamp counter: longer than the gap between a benchmark's calls and
+# between a model's layers, and than one call of a small network beside another engine's
+# (the nets bench alternates them: an MLP's 2-thread calls came ~0.3 ms apart), short enough
+# that an idle process gives its cores back soon (past YIELD_TICKS the spinner yields anyway)
+SPIN_TICKS = 1 << 21
 # after ~12 us a waiter yields its core between checks: on a machine with more runnable threads
 # than cores the thread it waits for may be queued behind it
 YIELD_TICKS = 1 << 15
@@ -59,6 +66,7 @@ _CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
 
 WORKER_CDECL = "void(*)(intptr_t, int64_t)"      # (team address, thread number)
 RUN_CDECL = "void(*)(intptr_t, intptr_t)"        # (team address, job address)
+WAKE_CDECL = "void(*)(intptr_t, int64_t)"        # (team address, threads)
 
 
 def _slot(asm, j, field: int) -> Mem:
@@ -87,7 +95,8 @@ def _read_tsc(asm) -> None:
 def _wait_at_least(asm, me) -> None:
     """Wait until [rdi] >= r8 (signed): spin for the budget, then sleep on the word.
     `me`: the register holding the waiting thread's number. Uses rax, rcx, rdx, rsi, r10, r11."""
-    done, spin, sleep, woke = (asm.label() for _ in range(4))
+    done, top, spin, sleep, woke = (asm.label() for _ in range(5))
+    asm.bind(top)
     asm.emit("cmp", Mem(rdi), r8)
     asm.emit("jge", done)
     _read_tsc(asm)
@@ -112,7 +121,13 @@ def _wait_at_least(asm, me) -> None:
     asm.emit("cmp", rdx, r8)
     asm.emit("jge", woke)
     _futex(asm, _FUTEX_WAIT_PRIVATE)            # sleeps only while [rdi] still holds edx
-    asm.emit("jmp", sleep)
+    asm.emit("test", rax, rax)                  # -ETIMEDOUT, -EAGAIN: look again, sleep again
+    asm.emit("jne", sleep)
+    # woken (FUTEX_WAKE returns 0): by a change of the word, or by wake_code, whose caller has
+    # work coming; either way spin a budget again before the next sleep
+    slot = _slot(asm, me, SLEEPING)
+    asm.emit("mov", Mem(slot.base, slot.index, 1, slot.disp, bits=64), 0)
+    asm.emit("jmp", top)
     asm.bind(woke)
     slot = _slot(asm, me, SLEEPING)
     asm.emit("mov", Mem(slot.base, slot.index, 1, slot.disp, bits=64), 0)
@@ -154,13 +169,13 @@ def _epilogue(asm) -> None:
 
 def _run_steps(asm) -> None:
     """Thread r12 runs job rbp of epoch r13 on team rbx (r14: the step, r15: steps left)."""
-    step, skip, last, next_step, done = (asm.label() for _ in range(5))
+    step, skip, next_step, no_barrier, done = (asm.label() for _ in range(5))
     asm.emit("lea", r14, Mem(rbp, None, 1, 16))
     asm.emit("mov", r15, Mem(rbp, None, 1, 8))
     asm.bind(step)
-    # this thread's (args, start, end) at step + 8 + 24*i
+    # this thread's (args, start, end) at step + 16 + 24*i
     asm.emit("lea", rax, Mem(r12, r12, 2))
-    asm.emit("lea", rax, Mem(r14, rax, 8, 8))
+    asm.emit("lea", rax, Mem(r14, rax, 8, 16))
     asm.emit("mov", rdi, Mem(rax))
     asm.emit("mov", rsi, Mem(rax, None, 1, 8))
     asm.emit("mov", rdx, Mem(rax, None, 1, 16))
@@ -168,11 +183,14 @@ def _run_steps(asm) -> None:
     asm.emit("jge", skip)
     asm.emit("call", Mem(r14, bits=64))
     asm.bind(skip)
-    # arrive at barrier E + (steps done): the job is not read after this on the last step
-    # (the main thread may return and free it), so t and the step's stride are read first
+    # arrive at barrier E + (barriers passed): the job is not read after this on the last step
+    # (the main thread may return and free it), so t, the step's stride and its barrier flag
+    # are read first (lea and mov leave the flags of the cmp alone)
     asm.emit("mov", r9, Mem(rbp))
+    asm.emit("cmp", Mem(r14, None, 1, 8, bits=64), 0)
     asm.emit("lea", rax, Mem(r9, r9, 2))
-    asm.emit("lea", r14, Mem(r14, rax, 8, 8))
+    asm.emit("lea", r14, Mem(r14, rax, 8, 16))
+    asm.emit("je", no_barrier)
     asm.emit("add", r13, 1)
     asm.emit("mov", r8, r13)
     asm.emit("mov", rax, r13)
@@ -201,6 +219,10 @@ def _run_steps(asm) -> None:
     asm.emit("jmp", wait)
     asm.bind(after)
     asm.emit("test", r15, r15)
+    asm.emit("jne", step)
+    asm.emit("jmp", done)
+    asm.bind(no_barrier)                        # never the last step (Job gives that a barrier)
+    asm.emit("sub", r15, 1)
     asm.emit("jne", step)
     asm.bind(done)
 
@@ -241,23 +263,48 @@ def run_code() -> bytes:
     asm.emit("mov", r13, Mem(rbx, None, 1, EPOCH))
     # GO(w) = E for w = t-1 .. 1, each woken when asleep
     asm.emit("mov", r9, Mem(rbp))
-    go, started = asm.label(), asm.label()
-    asm.bind(go)
-    asm.emit("sub", r9, 1)
-    asm.emit("jle", started)
-    asm.emit("mov", rcx, r9)
-    asm.emit("shl", rcx, 8)
-    asm.emit("mov", Mem(rbx, rcx, 1, FIRST + JOB), rbp)
-    asm.emit("mov", rax, r13)
-    asm.emit("xchg", Mem(rbx, rcx, 1, FIRST + GO), rax)
-    asm.emit("cmp", Mem(rbx, rcx, 1, FIRST + SLEEPING, bits=64), 0)
-    asm.emit("je", go)
-    asm.emit("lea", rdi, Mem(rbx, rcx, 1, FIRST + GO))
-    _futex(asm, _FUTEX_WAKE_PRIVATE, 1)
-    asm.emit("jmp", go)
-    asm.bind(started)
+
+    def hand_over(asm):
+        asm.emit("mov", Mem(rbx, rcx, 1, FIRST + JOB), rbp)
+        asm.emit("mov", rax, r13)
+        asm.emit("xchg", Mem(rbx, rcx, 1, FIRST + GO), rax)
+    _wake_workers(asm, hand_over)
     _run_steps(asm)
     asm.emit("add", r13, 1)                     # above every barrier of this call
     asm.emit("mov", Mem(rbx, None, 1, EPOCH), r13)
     _epilogue(asm)
     return asm.bytes()
+
+
+def wake_code() -> bytes:
+    """void wake(int64_t *team, int64_t t): futex-wake each of workers 1 .. t-1 that sleeps, so
+    that it spins (a budget) for the call its caller is about to make: a model's first
+    parallel layer then finds its workers awake instead of paying a core's wake-up. A hint
+    only, with no fence: a worker that falls asleep just after it was looked at is woken, as
+    always, by the call itself."""
+    asm = Assembler()
+    _prologue(asm)
+    asm.emit("mov", rbx, rdi)
+    asm.emit("mov", r9, rsi)
+    _wake_workers(asm)
+    _epilogue(asm)
+    return asm.bytes()
+
+
+def _wake_workers(asm, before=None) -> None:
+    """For each worker w = r9-1 .. 1 of team rbx: `before(asm)` (rcx holds w's slot offset),
+    then futex-wake w's GO word if w sleeps. Uses rax, rcx, rdx, rsi, rdi, r10, r11 and r9."""
+    scan, done = asm.label(), asm.label()
+    asm.bind(scan)
+    asm.emit("sub", r9, 1)
+    asm.emit("jle", done)
+    asm.emit("mov", rcx, r9)
+    asm.emit("shl", rcx, 8)
+    if before is not None:
+        before(asm)
+    asm.emit("cmp", Mem(rbx, rcx, 1, FIRST + SLEEPING, bits=64), 0)
+    asm.emit("je", scan)
+    asm.emit("lea", rdi, Mem(rbx, rcx, 1, FIRST + GO))
+    _futex(asm, _FUTEX_WAKE_PRIVATE, 1)
+    asm.emit("jmp", scan)
+    asm.bind(done)

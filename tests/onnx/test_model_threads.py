@@ -1,0 +1,79 @@
+"""A network on several threads: its layers, small ones included, split between the threads,
+and its answer is bit-identical whatever the thread count (each output element is computed by
+one thread in the serial order)."""
+import numpy as np
+
+import loopstack as lt
+from loopstack.onnx import models
+from loopstack.tune.defaults import AWAKE_PARALLEL_MIN_FLOPS, PARALLEL_MIN_FLOPS
+
+
+def _input(m, seed=0):
+    shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _parallel(model):
+    return [L for L, call in model._calls if hasattr(call, "job")]
+
+
+def test_mobilenets_layers_split_on_two_threads_and_match_one_thread_bit_for_bit():
+    """MobileNetV3-Small: 64 layers of 2-50 us, none but one above a standalone kernel's
+    threshold. Compiled for two threads, every layer of a megaflop or more splits (1x1 layers
+    of few output channels split their rows), and the answer on 1, 2 and 3 threads is the same
+    array."""
+    m = models.mobilenet_v3_small()
+    model = lt.onnx.compile(m, threads=2)
+    large = [L for L in model.layers if L.flops >= 2 * AWAKE_PARALLEL_MIN_FLOPS]
+    assert sum(L.flops >= PARALLEL_MIN_FLOPS for L in model.layers) <= 1
+    assert len(large) >= 30
+    split = {L.name for L in _parallel(model)}
+    assert not [L.name for L in large if L.name not in split]
+    # one job for the whole network: no Python and no hand-over between two layers
+    assert len(model._runs) == 1 and len(model._runs[0].job.chunks) > len(model.layers)
+    # 88 output channels (352 bytes a pixel): the rows split, not the vector panels, whose
+    # halves would share cache lines at every pixel
+    conv = next(L for L in model.layers if L.shape == (28, 28, 88) and L.flops > 3e6)
+    outer = next(node for node in conv.kernel.lowered.body if "parallel" in getattr(node, "annotations", ()))
+    assert outer.dim != "k_1" and conv.kernel.lowered.dim_size(outer.dim) == 28, outer
+    # the squeeze-excitation scaling of a 14x14x240 map: element-wise, no flops counted, split
+    scaling = [L for L in model.layers if L.shape == (14, 14, 240) and "mul" in L.name and L.flops < 1e6]
+    assert scaling and all(L.name in split for L in scaling)
+    x = _input(m)
+    want = None
+    for threads in (1, 2, 3):
+        model.threads = threads
+        got = model(x)
+        if want is None:
+            want = got
+            assert not _parallel(model)          # one thread: a plain call per layer
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_model_for_one_thread_schedules_for_one_core():
+    """threads=1: no layer below a standalone kernel's threshold is split, whatever the host."""
+    m = models.mobilenet_v3_small(resolution=96)
+    model = lt.onnx.compile(m, threads=1)
+    model.threads = 2
+    assert all(L.flops >= PARALLEL_MIN_FLOPS for L in _parallel(model))
+
+
+def test_a_networks_job_meets_at_barriers_only_where_another_thread_works():
+    """Job.chain: between two steps thread 0 runs alone there is no barrier, nor after a copy
+    every thread makes into its own temps before a step of the same call; every other step a
+    worker takes part in has one after it, and so has the last."""
+    from loopstack.backend.threads import EVERY_THREAD, Job
+
+    class Block:
+        cdata = 0
+    serial = ([(1, 4, False), (2, 4, False)], [4, 4], [Block()])
+    split = ([(3, 8, True)], [8], [Block(), Block()])
+    padded = ([(4, 6, EVERY_THREAD), (5, 8, True)], [6, 8], [Block(), Block()])
+    copies = ([(6, 6, EVERY_THREAD)], [6], [Block(), Block()])
+    job = Job.chain([serial, split, serial, padded, copies, split], 2)
+    words = list(job.words)
+    steps, barriers, at = words[1], [], 2
+    for _ in range(steps):
+        barriers.append(words[at + 1])
+        at += 2 + 3 * 2
+    assert barriers == [0, 1, 1, 0, 1, 0, 1, 1, 1]
