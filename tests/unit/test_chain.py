@@ -31,7 +31,7 @@ def _net(rng, channels=16, side=10):
 def test_a_chained_model_computes_the_bits_its_calls_compute_one_by_one():
     rng = np.random.default_rng(0)
     model = lt.onnx.compile(_net(rng), threads=1)
-    assert len(model._sequence) < len(model._calls)      # the layers run from fewer calls
+    assert len(model._runs) < len(model._calls)      # the layers run from fewer calls
     for seed in range(3):
         x = np.random.default_rng(seed).standard_normal((1, 8, 10, 10)).astype(np.float32)
         got = model(x).copy()
