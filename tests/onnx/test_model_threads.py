@@ -77,3 +77,32 @@ def test_a_networks_job_meets_at_barriers_only_where_another_thread_works():
         barriers.append(words[at + 1])
         at += 2 + 3 * 2
     assert barriers == [0, 1, 1, 0, 1, 0, 1, 1, 1]
+
+
+def test_a_resnets_small_weight_layers_split_their_rows_and_match_one_thread_bit_for_bit():
+    """A ResNet on two threads: a 3x3 layer whose weights are smaller than its output splits
+    its rows (each thread then reads from its own cache the rows it wrote in the layer before,
+    not half of every pixel's channels from the other core's), its weights still packed once
+    when bound; a layer of large weights splits its output channels (each thread packs and
+    reads half of them). Its answer on 1, 2 and 3 threads is the same array."""
+    m = models.resnet18(resolution=224, width=64, blocks=(1, 1, 1, 1), classes=10)
+    x = _input(m)
+    model = lt.onnx.compile(m, threads=2)
+
+    def split_dim(L):
+        ir = L.kernel.lowered      # the nests every call runs, after the weight packs
+        outer = next(node for node in ir.body[len(L.kernel._once):] if "parallel" in getattr(node, "annotations", ()))
+        return outer.dim, ir.dim_size(outer.dim)
+    convs = [L for L in model.layers if L.name.startswith("conv") and len(L.shape) == 3]
+    small = [L for L in convs if L.shape[0] == 56]      # 56x56x64 out, 3x3x64x64 weights
+    large = [L for L in convs if L.shape[0] == 7]       # 7x7x512 out, 3x3x256(512)x512 weights
+    assert small and large
+    for L in small:
+        assert split_dim(L)[1] == 56, (L.name, split_dim(L))
+        assert L.kernel._once, L.name       # the weight packs: run when bound, not per call
+    for L in large:
+        assert split_dim(L)[1] != 7, (L.name, split_dim(L))
+    want = model(x)
+    for n in (1, 3):
+        model.threads = n
+        assert np.array_equal(model(x), want), n
