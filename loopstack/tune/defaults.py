@@ -677,17 +677,21 @@ def _in_a_layer_chain(graph, node) -> bool:
     from ..frontend.graph import SCHEDULED
 
     for step in (graph.consumers, lambda i: graph.node(i).inputs):
-        seen, todo = set(), list(step(node.id))
-        while todo:
-            i = todo.pop()
-            if i in seen:
-                continue
-            seen.add(i)
-            n = graph.node(i)
-            if n.op in SCHEDULED and graph.reduced(n):
-                return True
-            todo += step(i)
+        if any(n.op in SCHEDULED and graph.reduced(n) for n in _reachable(graph, step(node.id), step)):
+            return True
     return False
+
+
+def _reachable(graph, ids, step):
+    """The nodes reached from `ids` following `step` (node id -> node ids), each once."""
+    seen, todo = set(), list(ids)
+    while todo:
+        i = todo.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        yield graph.node(i)
+        todo += list(step(i))
 
 
 def _rows_per_core_pay(graph, node, p: Plan, tgt) -> bool:
@@ -860,21 +864,8 @@ def _constant(graph, node) -> bool:
     """Whether `node` reads only the program's constants (through views)."""
     from ..frontend.graph import SCHEDULED
 
-    seen, todo = set(), list(node.inputs)
-    while todo:
-        i = todo.pop()
-        if i in seen:
-            continue
-        seen.add(i)
-        n = graph.node(i)
-        if n.op == "read":
-            if not getattr(n, "constant", False):
-                return False
-        elif n.op in SCHEDULED:
-            return False
-        else:
-            todo += list(n.inputs)
-    return True
+    return not any(n.op in SCHEDULED or (n.op == "read" and not n.constant)
+                   for n in _reachable(graph, node.inputs, lambda i: graph.node(i).inputs))
 
 
 def _rows_split_better(tree, node, outer, inner, cores: int) -> bool:
