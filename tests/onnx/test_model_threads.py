@@ -80,7 +80,7 @@ def test_a_networks_job_meets_at_barriers_only_where_another_thread_works():
 
 
 def test_a_resnets_small_weight_layers_split_their_rows_and_match_one_thread_bit_for_bit():
-    """A ResNet on two threads: a 3x3 layer whose weights are smaller than its output splits
+    """A ResNet on two threads: a 3x3 layer whose weights are less than twice its output splits
     its rows (each thread then reads from its own cache the rows it wrote in the layer before,
     not half of every pixel's channels from the other core's), its weights still packed once
     when bound; a layer of large weights splits its output channels (each thread packs and
