@@ -49,7 +49,7 @@ import weakref
 import _cffi_backend
 import numpy as np
 
-from ..errors import ArgumentError, LoopstackError, UnsupportedError
+from ..errors import ArgumentError, LoopstackError
 
 __all__ = [
     "KERNEL_CDECL", "ExecutableCode", "PointerArray", "array_pointer", "ffi", "pointer_array",

@@ -128,7 +128,6 @@ def conv(ctx, X, W, B=None, *, auto_pad="NOTSET", dilations=None, group=1, kerne
     g = int(group)
     if C != CG * g or K % g:
         raise ShapeError(f"Conv: {C} input channels, {K} filters of {CG} channels and {g} groups do not agree")
-    KG = K // g
     return _convolve(ctx, X, W, B, g, _spatial(nsp, ks, strides, pads, dilations, auto_pad, sp, "Conv"))
 
 
