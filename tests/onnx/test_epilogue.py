@@ -1,6 +1,8 @@
 """A layer's last element-wise nest folded into the reduction it reads (onnx/epilogue.py):
 the folded tree computes what the tree as lowered computes (the reference interpreter runs
 both), and what cannot fold stays as it is."""
+import itertools
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -18,9 +20,13 @@ def _acc(buf, *names):
     return Access(buf, tuple(Affine.of(n) for n in names))
 
 
+_loop_ids = itertools.count()
+
+
 def _nest(dims, stmt):
+    # loop vars unique across the tree (an object's id may repeat once its object is freed)
     for d in reversed(dims):
-        stmt = Loop(f"L{d}{id(stmt) % 997}", d, 1, (stmt,))
+        stmt = Loop(f"L{d}{next(_loop_ids)}", d, 1, (stmt,))
     return stmt
 
 
