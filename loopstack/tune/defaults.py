@@ -77,9 +77,10 @@ _DEPTHWISE_MAX_ACC = 13  # a depthwise block reuses no loaded vector: more accum
 MAX_BLOCK_VECTORS = 6
 _PACK_MIN_ROWS = 8      # pack B panels when at least this many output rows sweep each one
 _PACK_PANEL = 64 << 10  # the largest packed panel (bytes) left untiled along k
-# the largest packed panel of weights that stream from beyond L2, as a share of L1: the panel, the
-# next one (prefetched during its passes, backend/prefetch.py) and the block's rows of A fit L1
-_STREAMED_PANEL_L1 = 1 / 4
+# the largest packed panel of weights that stream from beyond L2, as a share of L1 (and no larger
+# than its passes can prefetch the next one in, backend/prefetch.py): see _streamed_panel
+_STREAMED_PANEL_L1 = 3 / 4
+_STREAMED_PANEL_MIN_L1 = 1 / 4   # ... and never less (a few passes prefetch little: MLP-8x1024)
 _WHOLE_ROWS_SLACK = 0.02  # modelled efficiency a matmul streaming its weights gives up for a block without a row tail
 _L1_SHARE = 7 / 8       # of L1 a stationary weight tile may fill (the input rows take the rest)
 _L2_SHARE = 1 / 4       # of L2 a weight tile streamed from L2 may fill (input and output share it)
@@ -292,7 +293,7 @@ def plan(graph, node, tgt) -> Plan:
             return _direct_conv_plan(graph, node, tgt, red, weights)
     rext = size(row) if row else 1
     blk = choose_block(rext, nvec_total, tgt, depthwise)
-    streamed = _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt)
+    streamed = _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt, min(blk.nv * lanes, size(vec)))
     if streamed:
         blk = _whole_row_block(rext, nvec_total, tgt) or blk
     if (mult is None or mult.fn != "mul") and len(out) > 2:
@@ -344,14 +345,16 @@ def plan(graph, node, tgt) -> Plan:
             pack = bs[0]
             vec_tile = None
             reduce_tile = None
-            largest = int(tgt.l1d * _STREAMED_PANEL_L1) if streamed else _PACK_PANEL
-            if red_elems * vb * _BYTES > largest:
-                reduce_tile = (red[0], _divisor_at_most(red_elems, largest // (vb * _BYTES), 8))
-            elif size(row) * red_elems * _BYTES > tgt.l2 and size(vec) % vb == 0:
+            largest = _streamed_panel(tgt, size(row), mr) if streamed else _PACK_PANEL
+            whole_panel = red_elems * vb * _BYTES
+            if (size(row) * red_elems * _BYTES > tgt.l2 and size(vec) % vb == 0
+                    and whole_panel <= _PACK_PANEL):
                 # A's rows do not stay in L2 between panels, so each panel would stream all of A
                 # from L3 again: a vector tile of panels packed together in an L2 share lets
                 # each row block, once in L1, serve every panel of the tile
                 vec_tile = _vector_tile(size(vec), vb, int(tgt.l2 * _L2_SHARE), red_elems * _BYTES)
+            elif whole_panel > largest:
+                reduce_tile = (red[0], _divisor_at_most(red_elems, largest // (vb * _BYTES), 8))
 
     # a depthwise block sweeps the image once per channel tile; when the input does not fit in
     # L2 each sweep streams it from memory again (and uses only part of every cache line), so
@@ -385,23 +388,44 @@ def plan(graph, node, tgt) -> Plan:
     return Plan(tuple(order), _clean(list(out_order), graph, node, out), blk, vec, reduce_tile, vec_tile, pack)
 
 
-def _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt) -> bool:
-    """A matmul whose B[k, n] is packed in panels (see plan) and leaves L2 while A stays there:
-    a network's dense layer. Its weights arrive from memory during the first pass over each
-    panel unless the passes before prefetch it (backend/prefetch.py), which needs room in L1
-    for two panels beside the block's rows of A (and a smaller panel is fewer lines per pass):
-    so its panel is _STREAMED_PANEL_L1 of L1 where others take up to _PACK_PANEL. (Measured on
-    an AVX-512 Xeon, one thread, BERT-base's layer: its 768 x 3072 and 3072 x 768 products in
+def _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt, vb) -> bool:
+    """A matmul whose B[k, n] is packed in panels (see plan) and leaves L2: a network's dense
+    layer, a large matmul, whose block then divides its rows (_whole_row_block). Its weights
+    arrive from beyond L2 during the first pass over each panel unless the passes before
+    prefetch it (backend/prefetch.py), so its panel is at most what L1 holds beside the
+    block's rows of A (_streamed_panel) where others take up to _PACK_PANEL. (Measured on an
+    AVX-512 Xeon, one thread, BERT-base's layer: its 768 x 3072 and 3072 x 768 products in
     14 x 2 blocks, k tiles of 384-512 rows without prefetch 147 and 143 GFLOPS inside the
-    model, tiles of 96 rows prefetched 189 and 175.) A whose rows leave L2 is served by vector
-    tiles of panels instead (plan), and keeps _PACK_PANEL."""
+    model, tiles of 96 rows prefetched 189 and 175.) Where A leaves L2 too, only when a
+    whole-k panel `vb` wide (the block's) is more than _PACK_PANEL: one that fits is served by
+    a vector tile of panels (plan; on a Zen 4 MM-1024 on AVX2, 110 GFLOPS against 102 in
+    streamed k tiles), a larger one would run every pass from L2 (Zen 4, AVX-512: BERT's
+    3072 x 768 product, whose A is 1.5 MB against a 1 MB L2, 86 in 14 x 2 blocks and 64 KB
+    k tiles, 112 in 8 x 3 blocks and 24 KB ones; MM-1024 79 -> 107, MM-2048 75 -> 96)."""
     if mult is None or len(red) != 1 or depthwise or row is None or graph.size(vec) <= tgt.lanes():
         return False
     size = graph.size
     if not any(_read_vars(graph, x) == {red[0], vec} for x in mult.inputs) or size(row) < _PACK_MIN_ROWS:
         return False
     k = size(red[0])
-    return k * size(vec) * _BYTES > tgt.l2 and size(row) * k * _BYTES <= tgt.l2
+    return k * size(vec) * _BYTES > tgt.l2 and (size(row) * k * _BYTES <= tgt.l2 or k * vb * _BYTES > _PACK_PANEL)
+
+
+def _streamed_panel(tgt, rows: int, mr: int) -> int:
+    """The largest packed panel (bytes) of weights that stream from beyond L2: _STREAMED_PANEL_L1
+    of L1, the rest for the block's rows of A, and no more than the passes over it (its row
+    blocks) can prefetch the next one in, MAX_LINES_PER_PASS lines each, down to
+    _STREAMED_PANEL_MIN_L1 of L1 for a panel of few passes. (Measured on a Zen 4, one thread,
+    k tiles of BERT's 768 x 3072 product in 8 x 3 blocks: 32 rows (6 KB) 83 GFLOPS, 64 rows
+    94-96, 128 rows (24 KB) 97-104; its 3072 x 768 product, whose A is 1.5 MB against a 1 MB
+    L2, 88 in 64 KB k tiles, 111 in 24 KB ones; MM-1024 and MM-2048 87 and 85 in 64 KB tiles,
+    100 and 88 in 12 KB ones, 108 and 98 in 24 KB ones. Its hardware prefetchers fetch a panel
+    as well as the software prefetch does.)"""
+    from ..backend.prefetch import LINE, MAX_LINES_PER_PASS
+
+    passes = -(-rows // mr)
+    prefetchable = passes * MAX_LINES_PER_PASS * LINE
+    return max(int(tgt.l1d * _STREAMED_PANEL_MIN_L1), min(int(tgt.l1d * _STREAMED_PANEL_L1), prefetchable))
 
 
 def _whole_row_block(row_extent, vec_vectors, tgt):

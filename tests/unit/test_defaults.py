@@ -148,11 +148,12 @@ def _matmul(m, k, n, seed=0):
     return (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k), a @ b
 
 
-@pytest.mark.parametrize("m, k, n, tiled", [(512, 512, 512, True), (256, 256, 256, False), (64, 512, 512, False)])
+@pytest.mark.parametrize("m, k, n, tiled", [(2048, 256, 256, True), (256, 256, 256, False), (64, 512, 512, False)])
 def test_matmuls_whose_rows_leave_l2_pack_b_for_a_tile_of_panels(m, k, n, tiled):
-    """A[m, k] larger than L2 would stream from L3 once per 16-column panel of B: the default
-    then packs B for a vector tile of panels (its packed tile in a quarter of L2), and each row
-    block, once in L1, serves every panel of the tile.  A smaller A keeps one panel per pass."""
+    """A[m, k] larger than L2 would stream from L3 once per 16-column panel of B: where B stays
+    in L2, the default then packs B for a vector tile of panels (its packed tile in a quarter of
+    L2), and each row block, once in L1, serves every panel of the tile.  A smaller A keeps one
+    panel per pass (and a B beyond L2 streams in k tiles: see the next test)."""
     C, want = _matmul(m, k, n)
     tree = default_schedule(C, AVX2)
     (order,) = [ns.order for i, ns in tree.schedule if tree.graph.reduced(tree.graph.node(i))]
@@ -215,6 +216,30 @@ def test_a_dense_layer_streaming_its_weights_takes_a_block_without_a_row_tail(k,
     assert 128 % best.mr and 128 % rows == 0 and (rows, vectors) == (8, 3)
     Y2, _ = _dense(128, 128, n)                                  # weights in L2: the modelled best
     assert _block(default_schedule(Y2, tgt), tgt) == (best.mr, best.nv)
+
+
+@pytest.mark.parametrize("m, k, n, l1d", [(128, 3072, 768, 32 << 10), (128, 768, 3072, 32 << 10),
+                                           (128, 768, 3072, 48 << 10), (8, 1024, 1024, 32 << 10)])
+def test_weights_streaming_from_beyond_l2_are_packed_in_k_tiles_that_l1_and_the_prefetch_hold(m, k, n, l1d):
+    """Weights beyond L2 (whether A stays in L2 or not: 3072 x 768's A is 1.5 MiB against 1 MiB)
+    are packed in k tiles: each panel at most 3/4 of L1 and no more than its passes can
+    prefetch the next one in (32 lines each), down to a quarter of L1 for a few passes."""
+    import dataclasses
+
+    from loopstack.backend.prefetch import LINE, MAX_LINES_PER_PASS
+
+    tgt = dataclasses.replace(TARGETS["avx512"], l1d=l1d, l2=1 << 20, cores=1)
+    Y, want = _dense(m, k, n)
+    tree = default_schedule(Y, tgt)
+    rows, vectors = _block(tree, tgt)
+    (panel,) = [b for b in tree.lower().temps if len(b.shape) == 2]
+    kc, width = panel.shape
+    assert width == vectors * tgt.lanes() and kc < k and k % kc == 0
+    passes = -(-m // rows)
+    bound = max(l1d // 4, min(l1d * 3 // 4, passes * MAX_LINES_PER_PASS * LINE))
+    assert l1d // 8 < kc * width * 4 <= bound
+    Y.set(tree)
+    np.testing.assert_allclose(Y.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_dense_layer_with_a_whole_row_block_computes_the_same():
