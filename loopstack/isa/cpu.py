@@ -291,10 +291,17 @@ def _caches_from_sysfs(root: str) -> dict[str, int]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def cpu_vendor() -> str:
+    """The x86 vendor string of CPUID leaf 0 ('AuthenticAMD', 'GenuineIntel'); '' elsewhere."""
+    if not is_x86_64():
+        return ""
+    return struct.pack("<3I", *(cpuid(0)[i] for i in (1, 3, 2))).decode("ascii", "replace")
+
+
 def _caches_from_cpuid() -> dict[str, int]:
     """Deterministic cache parameters: leaf 4 (Intel) or 0x8000001D (AMD), same layout."""
-    vendor = struct.pack("<3I", *(cpuid(0)[i] for i in (1, 3, 2)))
-    if vendor == b"AuthenticAMD":
+    if cpu_vendor() == "AuthenticAMD":
         if cpuid(0x80000000)[0] < 0x8000001D:
             return {}
         leaf = 0x8000001D

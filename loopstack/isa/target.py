@@ -59,6 +59,11 @@ class Target:
     dtlb_miss_cycles: int = 7   # a first-level miss served by the second-level TLB
     stlb_entries: int = 2048    # second-level TLB
     stlb_miss_cycles: int = 30  # a page walk (its page-table entries cached)
+    # whether the core's hardware prefetchers bring a packed weight tile streaming from beyond L2
+    # in ahead of the passes over it: default schedules then keep such a tile as large as the
+    # caches hold, not as small as the passes over the one before can prefetch it in (measured
+    # on a Zen 4, the AMD cores' host targets set it; an AVX-512 Xeon's stalled without)
+    streams_prefetched: bool = False
     compute_dtype: str = "float32"  # what the vector arithmetic computes in (neon_fp16: float16)
     cpu: str = ""               # CPU preset (an llvm-mca -mcpu name) or "" for the host / a generic core
     clock_ghz: float = 0.0      # the preset's clock, for predicted GFLOPS (0: unknown)
@@ -116,6 +121,7 @@ class Target:
             ("TLB entries (miss cycles)", f"{self.dtlb_entries} ({self.dtlb_miss_cycles}) / "
                                           f"{self.stlb_entries} ({self.stlb_miss_cycles})"),
             ("unroll limit", str(self.unroll_limit)),
+            ("streamed tiles", "hardware prefetch" if self.streams_prefetched else "software prefetch"),
         ] + ([("compute dtype", self.compute_dtype)] if self.compute_dtype != "float32" else []) + (
             [("cpu model", f"{self.cpu}" + (f" at {self.clock_ghz} GHz" if self.clock_ghz else ""))]
             if self.cpu else [])
@@ -168,7 +174,9 @@ def host_arch() -> str:
 
 
 def _with_host_caches(t: Target) -> Target:
-    return dataclasses.replace(t, **cpu.cache_sizes(), cores=os.cpu_count() or 1)
+    """`t` with this machine's caches, cores and prefetchers."""
+    return dataclasses.replace(t, **cpu.cache_sizes(), cores=os.cpu_count() or 1,
+                               streams_prefetched=cpu.cpu_vendor() == "AuthenticAMD")
 
 
 def _with_preset(t: Target, name: str) -> Target:

@@ -47,6 +47,32 @@ def test_narrow_channel_convolutions_stream_the_whole_panel(name, channels):
     assert _weight_panel(tree)[:3] == (3, 3, channels)
 
 
+def test_a_core_whose_prefetchers_stream_tiles_keeps_whole_weight_panels():
+    """ResNet-18's 14 x 14 256 -> 256 layer and CONV-4 (7 x 7 x 512) on one core with a 1 MiB L2.
+    A core that prefetches streamed tiles in software (an AVX-512 Xeon) keeps the 14 x 14 layer's
+    295 KB panels out of L2 and shrinks CONV-4's tiles to what the passes over each can
+    prefetch; one whose hardware prefetchers stream them (Target.streams_prefetched, a Zen 4)
+    streams the whole 14 x 14 panel from L2 and keeps CONV-4's L1 tile as large as L1 holds."""
+    import dataclasses
+
+    def panel(Y, streams):
+        tgt = dataclasses.replace(TARGETS["avx512"], l1d=32 << 10, l2=1 << 20, cores=1, streams_prefetched=streams)
+        return _weight_panel(default_schedule(Y, tgt)), tgt
+
+    Y, want = _conv(14, 256, 256, 1, 1)
+    (_, _, ct, width), tgt = panel(Y, True)
+    assert ct == 256 and 9 * ct * width * 4 <= tgt.l2 // 2
+    (_, _, ct, width), tgt = panel(Y, False)
+    assert ct < 256 and 9 * ct * width * 4 <= tgt.l1d
+    Y4, _ = get_workload("CONV-4").build(seed=0)
+    (_, _, hw, width), tgt = panel(Y4, True)
+    assert hw < 512 and 9 * hw * width * 4 <= tgt.l1d and 2 * 9 * hw * width * 4 > tgt.l1d * 7 // 8
+    (_, _, sw, _), _ = panel(Y4, False)
+    assert sw < hw
+    Y.set(default_schedule(Y, panel(Y, True)[1]))
+    np.testing.assert_allclose(Y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("h,c,k,stride,pad", [
     (8, 32, 32, 1, 1), (7, 64, 40, 1, 1), (9, 24, 20, 2, 0), (5, 512, 13, 1, 1), (14, 96, 56, 1, 1)])
 def test_default_convolution_schedules_are_correct(h, c, k, stride, pad):

@@ -44,6 +44,20 @@ def test_cpuid_basics():
         assert cpu.xgetbv() & 1
 
 
+def test_the_host_target_knows_whose_prefetchers_stream_tiles():
+    """CPUID's vendor string, as /proc/cpuinfo's vendor_id names it; an AMD core's host target
+    lets the default schedules rely on its prefetchers (Target.streams_prefetched), another's
+    does not, and the host-independent descriptions never do."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        assert cpu.cpu_vendor() == ""
+        return
+    with open("/proc/cpuinfo") as f:
+        vendor = next(line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id"))
+    assert cpu.cpu_vendor() == vendor
+    assert host_target().streams_prefetched == (vendor == "AuthenticAMD")
+    assert not any(t.streams_prefetched for t in TARGETS.values())
+
+
 def test_non_x86_detects_nothing_and_runs_no_code(monkeypatch):
     monkeypatch.setattr(cpu, "is_x86_64", lambda: False)
     monkeypatch.setattr(cpu, "cpuid", lambda *a: pytest.fail("ran CPUID on a non-x86 machine"))
