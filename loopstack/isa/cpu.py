@@ -292,6 +292,39 @@ def _caches_from_sysfs(root: str) -> dict[str, int]:
 
 
 @functools.lru_cache(maxsize=None)
+def l1d_ways(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """The L1 data cache's associativity: sysfs on Linux, else CPUID (leaf 4 / 0x8000001D), else 8."""
+    for d in sorted(glob.glob(os.path.join(root, "index*"))):
+        try:
+            with open(os.path.join(d, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(d, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(d, "ways_of_associativity")) as f:
+                ways = int(f.read())
+        except (OSError, ValueError):
+            continue
+        if level == 1 and kind != "Instruction" and ways > 0:
+            return ways
+    if is_x86_64():
+        leaf = _cache_leaf()
+        for sub in range(16) if leaf else ():
+            eax, ebx, _, _ = cpuid(leaf, sub)
+            if eax & 0x1F == 0:
+                break
+            if eax & 0x1F != 2 and (eax >> 5) & 0x7 == 1:
+                return (ebx >> 22) + 1
+    return 8
+
+
+def _cache_leaf() -> int:
+    """CPUID's deterministic cache parameters leaf: 4 (Intel) or 0x8000001D (AMD), 0 if none."""
+    if cpu_vendor() == "AuthenticAMD":
+        return 0x8000001D if cpuid(0x80000000)[0] >= 0x8000001D else 0
+    return 4 if cpuid(0)[0] >= 4 else 0
+
+
+@functools.lru_cache(maxsize=None)
 def cpu_vendor() -> str:
     """The x86 vendor string of CPUID leaf 0 ('AuthenticAMD', 'GenuineIntel'); '' elsewhere."""
     if not is_x86_64():
@@ -301,13 +334,8 @@ def cpu_vendor() -> str:
 
 def _caches_from_cpuid() -> dict[str, int]:
     """Deterministic cache parameters: leaf 4 (Intel) or 0x8000001D (AMD), same layout."""
-    if cpu_vendor() == "AuthenticAMD":
-        if cpuid(0x80000000)[0] < 0x8000001D:
-            return {}
-        leaf = 0x8000001D
-    elif cpuid(0)[0] >= 4:
-        leaf = 4
-    else:
+    leaf = _cache_leaf()
+    if not leaf:
         return {}
     found = {}
     for sub in range(16):

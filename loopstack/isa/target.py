@@ -53,6 +53,7 @@ class Target:
     l1d: int = 32 * 1024        # bytes; get_target / host_target fill in this machine's sizes
     l2: int = 512 * 1024
     l3: int = 8 * 1024 * 1024
+    l1d_ways: int = 8           # L1d associativity: lines of one set (4 KiB apart on x86) it holds
     unroll_limit: int = 256     # default cap on unrolled instructions in a loop-nest body
     load_ports: int = 2         # vector loads issued per cycle
     dtlb_entries: int = 64      # first-level data TLB: pages a loop nest may sweep without misses
@@ -175,7 +176,7 @@ def host_arch() -> str:
 
 def _with_host_caches(t: Target) -> Target:
     """`t` with this machine's caches, cores and prefetchers."""
-    return dataclasses.replace(t, **cpu.cache_sizes(), cores=os.cpu_count() or 1,
+    return dataclasses.replace(t, **cpu.cache_sizes(), l1d_ways=cpu.l1d_ways(), cores=os.cpu_count() or 1,
                                streams_prefetched=cpu.cpu_vendor() == "AuthenticAMD")
 
 

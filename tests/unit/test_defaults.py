@@ -232,16 +232,19 @@ def _dense(m, k, n, seed=0):
 def test_a_dense_layer_streaming_its_weights_takes_a_block_without_a_row_tail(k, n):
     """BERT-base's 128-row products: their weights leave L2 and A stays there. The modelled best
     (14 x 2) leaves a 2-row tail that walks every packed panel again; a block dividing the rows,
-    modelled within 2 %, is taken, the narrower of those modelled alike (8 x 3)."""
+    modelled within 2 %, is taken, the narrower of those modelled alike (8 x 3) where L1's ways
+    hold its 8 rows beside the panel (a Xeon's 48 KiB 12-way L1), else one of 4 rows (4 x 6: a
+    Zen 4's 32 KiB 8-way L1, whose 24 KB panel leaves 2 ways)."""
     import dataclasses
 
-    tgt = dataclasses.replace(TARGETS["avx512"], l1d=48 << 10, l2=2 << 20, cores=1)
     Y, want = _dense(128, k, n)
-    rows, vectors = _block(default_schedule(Y, tgt), tgt)
-    best = rank_blocks(128, n // tgt.lanes(), tgt, packed=True)[0]
-    assert 128 % best.mr and 128 % rows == 0 and (rows, vectors) == (8, 3)
-    Y2, _ = _dense(128, 128, n)                                  # weights in L2: the modelled best
-    assert _block(default_schedule(Y2, tgt), tgt) == (best.mr, best.nv)
+    for l1d, ways, block in ((48 << 10, 12, (8, 3)), (32 << 10, 8, (4, 6))):
+        tgt = dataclasses.replace(TARGETS["avx512"], l1d=l1d, l1d_ways=ways, l2=2 << 20, cores=1)
+        rows, vectors = _block(default_schedule(Y, tgt), tgt)
+        best = rank_blocks(128, n // tgt.lanes(), tgt, packed=True)[0]
+        assert 128 % best.mr and 128 % rows == 0 and (rows, vectors) == block
+        Y2, _ = _dense(128, 128, n)                              # weights in L2: the modelled best
+        assert _block(default_schedule(Y2, tgt), tgt) == (best.mr, best.nv)
 
 
 @pytest.mark.parametrize("m, k, n, l1d", [(128, 3072, 768, 32 << 10), (128, 768, 3072, 32 << 10),

@@ -58,6 +58,21 @@ def test_the_host_target_knows_whose_prefetchers_stream_tiles():
     assert not any(t.streams_prefetched for t in TARGETS.values())
 
 
+def test_l1d_ways_come_from_sysfs_or_cpuid(tmp_path):
+    """The L1 data cache's associativity, as the kernel reports it (an instruction cache of the
+    same level is skipped), else CPUID's, on the host target too."""
+    for i, (level, kind, ways) in enumerate([(1, "Instruction", 4), (1, "Data", 12), (2, "Unified", 16)]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "ways_of_associativity").write_text(f"{ways}\n")
+    assert cpu.l1d_ways(str(tmp_path)) == 12
+    assert host_target().l1d_ways == cpu.l1d_ways() >= 2
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert cpu.l1d_ways(str(tmp_path / "none")) == cpu.l1d_ways()      # CPUID agrees with sysfs
+
+
 def test_non_x86_detects_nothing_and_runs_no_code(monkeypatch):
     monkeypatch.setattr(cpu, "is_x86_64", lambda: False)
     monkeypatch.setattr(cpu, "cpuid", lambda *a: pytest.fail("ran CPUID on a non-x86 machine"))
