@@ -5,7 +5,7 @@ from .errors import (  # noqa: F401
 )
 from .frontend import (  # noqa: F401
     Action, Expr, LoopTree, Size, Symbol, SymbolGenerator, Tensor, abs, apply_actions, deserialize,
-    einsum, exp, log, map_ref, neg, nn, reciprocal, serialize, sqrt, symbols,
+    einsum, erf, exp, log, map_ref, neg, nn, reciprocal, serialize, sqrt, symbols,
 )
 from . import onnx  # noqa: F401,E402 - lt.onnx.load / compile; the onnx package loads on first use
 from .frontend.run import add_schedule_source as _add_schedule_source

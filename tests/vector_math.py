@@ -1,5 +1,7 @@
 """Inputs, numpy references and documented error bounds of the element-wise functions
 (backend/vmath.py), shared by every instruction set's accuracy tests."""
+import math
+
 import numpy as np
 
 def _as_float32(x, fn):
@@ -24,4 +26,8 @@ MATH = {
     "abs": (lambda r: r.standard_normal(4099), np.abs, 0, 0),
     "neg": (lambda r: r.standard_normal(4099), np.negative, 0, 0),
     "relu": (lambda r: r.standard_normal(4099), lambda x: np.maximum(x, 0), 0, 0),
+    # both sides of the clamp at 3.92, tiny arguments (erf(x) ~ 2x/sqrt(pi)) and huge ones
+    "erf": (lambda r: np.concatenate([r.uniform(-5, 5, 3000), r.uniform(-0.5, 0.5, 1000), [1e-30, -1e-20, 3.9, 3.92,
+                                                                                            3.93, -4.0, 1e30, -1e30]]),
+            lambda x: np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64), 4e-7, 0),
 }

@@ -86,12 +86,16 @@ def reads_output(stmt: Compute) -> bool:
     return any(a.buffer == stmt.out.buffer for a in stmt.reads())
 
 
+# element-wise functions evaluated as a dozen or more instructions (backend/vmath.py)
+HEAVY_MATH = frozenset({"exp", "log", "sigmoid", "tanh", "gelu", "erf"})
+
+
 def expr_size(e) -> int:
     """Operations in an expression (a proxy for instructions per instance)."""
     if isinstance(e, (Load, Const, Acc)):
         return 1
     if isinstance(e, Unary):
-        return (12 if e.op in ("exp", "log", "sigmoid", "tanh", "gelu") else 1) + expr_size(e.x)
+        return (12 if e.op in HEAVY_MATH else 1) + expr_size(e.x)
     if isinstance(e, Binary):
         return 1 + expr_size(e.a) + expr_size(e.b)
     return 1
@@ -101,7 +105,7 @@ def uses_heavy_math(e) -> bool:
     if e is None or isinstance(e, str):
         return False
     if isinstance(e, Unary):
-        return e.op in ("exp", "log", "sigmoid", "tanh", "gelu") or uses_heavy_math(e.x)
+        return e.op in HEAVY_MATH or uses_heavy_math(e.x)
     if isinstance(e, Binary):
         return uses_heavy_math(e.a) or uses_heavy_math(e.b)
     return False

@@ -40,7 +40,7 @@ from ..looptree.ir import (
 )
 from .kernel_base import KernelBase
 
-__all__ = ["InterpKernel", "MAX_POINTS", "UNARY_FUNCS", "gelu"]
+__all__ = ["InterpKernel", "MAX_POINTS", "UNARY_FUNCS", "erf", "gelu"]
 
 MAX_POINTS = 1 << 22  # iteration points evaluated at once (bounds the index arrays' memory)
 
@@ -50,6 +50,15 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 def gelu(x):
     """The tanh approximation of GELU, in x's precision."""
     return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x):
+    """The error function, in float64 rounded to x's precision (the reference the vector code's
+    rational approximation is measured against)."""
+    return _ERF(np.asarray(x, np.float64)).astype(np.float64).astype(np.asarray(x).dtype)
 
 
 def _relu(x):
@@ -67,6 +76,7 @@ UNARY_FUNCS = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "tanh": np.tanh,
     "gelu": gelu,
+    "erf": erf,
 }
 
 

@@ -17,6 +17,9 @@ tests/exec/test_aarch64_codegen.py for AArch64):
              where the absolute error stays under 2e-7)
     gelu     tanh approximation 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))), evaluated as
              x * sigmoid(2√(2/π)(x + 0.044715x³)) to avoid cancellation; max relative error 1e-6
+    erf      x clamped to [-3.92, 3.92] (erf is ±1 beyond, to float precision), then
+             x P(x²) / Q(x²), P of degree 6 and Q of degree 4 fitted for the least largest
+             relative error (scripts/fit_erf.py); max relative error 4e-7
 """
 from __future__ import annotations
 
@@ -30,3 +33,8 @@ LOG_SERIES = [1 / (2 * i + 1) for i in range(7)]          # atanh series: 1, 1/3
 GELU_K = 2 * math.sqrt(2 / math.pi)
 EXP_CLAMP = (-104.0, 89.0)      # e^89 > the largest float: inf; e^-104 rounds to 0
 GELU_CUBIC = 0.044715
+ERF_CLAMP = 3.92
+# float32 coefficients, lowest degree first (scripts/fit_erf.py)
+ERF_P = [1.1283791065216064, 0.19994314014911652, 0.05057581514120102, 0.003702363697811961,
+         0.0001418651081621647, -1.9578087631089147e-06, 1.9922349991929877e-08]
+ERF_Q = [1.0, 0.5105266571044922, 0.11500611901283264, 0.014354782178997993, 0.0009562101913616061]

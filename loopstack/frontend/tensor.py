@@ -16,7 +16,6 @@ from ..dtypes import dtype as _dtype
 from ..errors import ArgumentError, ShapeError, SymbolError
 from .symbols import Expr, Size, Symbol, as_expr
 
-UNARY = ("neg", "abs", "exp", "log", "sqrt", "reciprocal", "relu", "sigmoid", "tanh", "gelu")
 BINARY = ("add", "sub", "mul", "div", "max", "min")
 
 
@@ -386,6 +385,7 @@ class Tensor:
     def sqrt(self): return self._unary("sqrt")
     def abs(self): return self._unary("abs")
     def reciprocal(self): return self._unary("reciprocal")
+    def erf(self): return self._unary("erf")
     def neg(self): return self._unary("neg")
 
     def _reduce(self, fn, name, syms) -> "Tensor":
@@ -466,8 +466,8 @@ def _unary_fn(fn):
     return f
 
 
-exp, log, sqrt, abs, reciprocal, neg = (_unary_fn(f) for f in ("exp", "log", "sqrt", "abs",  # noqa: A001
-                                                              "reciprocal", "neg"))
+exp, log, sqrt, abs, reciprocal, neg, erf = (_unary_fn(f) for f in ("exp", "log", "sqrt", "abs",  # noqa: A001
+                                                                   "reciprocal", "neg", "erf"))
 relu_op, sigmoid_op, tanh_op, gelu_op = (_unary_fn(f) for f in ("relu", "sigmoid", "tanh", "gelu"))
 
 

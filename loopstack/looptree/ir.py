@@ -62,7 +62,7 @@ class _derived:  # noqa: N801 - a decorator, like functools.cached_property (whi
 # ---------------------------------------------------------------------------
 # operator vocabularies (the backend's instruction selection keys on these names)
 
-UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "reciprocal", "relu", "sigmoid", "tanh", "gelu")
+UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "reciprocal", "relu", "sigmoid", "tanh", "gelu", "erf")
 BINARY_OPS = ("add", "sub", "mul", "div", "max", "min")
 REDUCE_OPS = ("add", "mul", "max", "min")
 ANNOTATIONS = ("unroll", "vectorize", "parallel")

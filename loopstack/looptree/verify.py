@@ -32,7 +32,7 @@ from .stats import index_bounds
 __all__ = ["verify", "FLOAT_ONLY_UNARY"]
 
 # unary ops with no integer meaning; an integer statement may not use them
-FLOAT_ONLY_UNARY = frozenset({"exp", "log", "sqrt", "reciprocal", "sigmoid", "tanh", "gelu"})
+FLOAT_ONLY_UNARY = frozenset({"exp", "log", "sqrt", "reciprocal", "sigmoid", "tanh", "gelu", "erf"})
 
 
 def verify(tree: LoopTree) -> None:

@@ -100,16 +100,32 @@ def _unaries(tree, op) -> int:
     return sum(count(s.expr) for n in tree.body for s in statements(n))
 
 
+def _shared_sigmoid(shape):
+    """HardSwish(sigmoid(x)): one layer, whose HardSwish reads the sigmoid twice."""
+    return _model([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("HardSwish", ["s"], ["y"])], shape, [])
+
+
 def test_a_value_read_many_times_is_computed_once():
-    """erf's 1/(1 + p|x|) is read by five terms of its polynomial: computed once, stored in a
-    temp of one vector."""
-    net = lt.onnx.load(_gelu_chain((4, 64)))
+    """A sigmoid read by both terms of the HardSwish after it is computed once, stored in a
+    temp of one vector, and the layer computes what onnxruntime does."""
+    m = _shared_sigmoid((4, 64))
+    net = lt.onnx.load(m)
     (layer,) = net.layers
     tree, origin = layer_schedule(layer.tensor)
     assert origin == "default"
     lowered = tree.lower()
-    assert _unaries(lowered, "reciprocal") == 1
+    assert _unaries(lowered, "sigmoid") == 1
     assert all(t.size <= 64 for t in lowered.temps)
+    x = np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(lt.onnx.compile(m)(x), want, rtol=1e-5, atol=1e-6)
+
+
+def test_gelu_evaluates_one_erf():
+    """BERT's exported Gelu chain: one erf instruction sequence per vector, nothing staged."""
+    (layer,) = lt.onnx.load(_gelu_chain((4, 64))).layers
+    lowered = layer_schedule(layer.tensor)[0].lower()
+    assert _unaries(lowered, "erf") == 1 and not lowered.temps
 
 
 @pytest.mark.parametrize("kind", ["softmax", "layer_norm"])

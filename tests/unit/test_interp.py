@@ -175,7 +175,8 @@ def test_unary_ops_and_gelu_definition():
     x = np.linspace(-3, 3, 13, dtype=np.float32)
     for op, ref in [("gelu", lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))),
                     ("sigmoid", lambda v: 1 / (1 + np.exp(-v))), ("relu", lambda v: np.maximum(v, 0)),
-                    ("abs", np.abs), ("neg", np.negative), ("tanh", np.tanh), ("exp", np.exp)]:
+                    ("abs", np.abs), ("neg", np.negative), ("tanh", np.tanh), ("exp", np.exp),
+                    ("erf", np.vectorize(math.erf))]:
         (Y,) = InterpKernel(elementwise_tree((13,), (op,))).run(x)
         np.testing.assert_allclose(Y, ref(x.astype(np.float64)), rtol=1e-5, atol=1e-6, err_msg=op)
 

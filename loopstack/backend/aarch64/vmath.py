@@ -2,7 +2,7 @@
 error bounds of backend/vmath.py, in AArch64 instructions.
 
 On neon_fp16 the light functions (neg, abs, relu, sqrt, reciprocal) run on the 8 fp16 lanes;
-exp, log, sigmoid, tanh and gelu widen each half to float32 (fcvtl/fcvtl2), evaluate there and
+exp, log, sigmoid, tanh, gelu and erf widen each half to float32 (fcvtl/fcvtl2), evaluate there and
 narrow the result (fcvtn/fcvtn2), so their error is the float32 bound plus one fp16 rounding.
 """
 from __future__ import annotations
@@ -13,14 +13,14 @@ import numpy as np
 
 from ...errors import UnsupportedError
 from ...isa.aarch64.operands import V
-from ..vmath import EXP_CLAMP, EXP_POLY, GELU_CUBIC, GELU_K, LN2_HI, LN2_LO, LOG2E, LOG_SERIES
-
-HEAVY = ("exp", "log", "sigmoid", "tanh", "gelu")
+from ..vmath import (
+    ERF_CLAMP, ERF_P, ERF_Q, EXP_CLAMP, EXP_POLY, GELU_CUBIC, GELU_K, LN2_HI, LN2_LO, LOG2E, LOG_SERIES,
+)
 
 
 def unary(em, op: str, d: int, x: int) -> None:
     """Register number d = op(x); d may equal x."""
-    if op not in _LIGHT and op not in HEAVY:
+    if op not in _LIGHT and op not in _HEAVY:
         raise UnsupportedError(f"unary op {op!r} has no AArch64 implementation")
     c = _Ctx(em)
     if op in _LIGHT:
@@ -200,4 +200,23 @@ def _gelu(c, d, x):
     c.free(_num(c, t))
 
 
-_HEAVY = {"exp": _exp, "log": _log, "sigmoid": _sigmoid, "tanh": _tanh, "gelu": _gelu}
+def _erf(c, d, x):
+    t, p, q = c.P(c.tmp()), c.P(c.tmp()), c.P(c.tmp())
+    c.const(q, ERF_CLAMP)
+    c.emit("fmin", d.s4, x.s4, q.s4)
+    c.const(q, -ERF_CLAMP)
+    c.emit("fmax", d.s4, d.s4, q.s4)
+    c.emit("fmul", t.s4, d.s4, d.s4)
+    k = c.P(c.tmp())
+    for r, coeffs in ((p, ERF_P), (q, ERF_Q)):          # Horner in t = x^2: r = r * t + coeff
+        c.const(r, coeffs[-1])
+        for coeff in reversed(coeffs[:-1]):
+            c.const(k, coeff)
+            c.emit("fmla", k.s4, r.s4, t.s4)
+            c.emit("mov", r.b16, k.b16)
+    c.emit("fmul", p.s4, p.s4, d.s4)
+    c.emit("fdiv", d.s4, p.s4, q.s4)
+    c.free(*(_num(c, v) for v in (t, p, q, k)))
+
+
+_HEAVY = {"exp": _exp, "log": _log, "sigmoid": _sigmoid, "tanh": _tanh, "gelu": _gelu, "erf": _erf}

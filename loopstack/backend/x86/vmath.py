@@ -8,7 +8,9 @@ import math
 
 from ...errors import UnsupportedError
 from ...isa.x86.operands import Vec
-from ..vmath import EXP_CLAMP, EXP_POLY, GELU_CUBIC, GELU_K, LN2_HI, LN2_LO, LOG2E, LOG_SERIES
+from ..vmath import (
+    ERF_CLAMP, ERF_P, ERF_Q, EXP_CLAMP, EXP_POLY, GELU_CUBIC, GELU_K, LN2_HI, LN2_LO, LOG2E, LOG_SERIES,
+)
 from .values import vreg
 
 
@@ -145,5 +147,20 @@ def _gelu(c, d, x):
     c.free(t)
 
 
+def _erf(c, d, x):
+    t, p, q = c.tmp(), c.tmp(), c.tmp()
+    c.emit("vminps", c.r(d), c.r(x), c.c(ERF_CLAMP))
+    c.emit("vmaxps", c.r(d), c.r(d), c.c(-ERF_CLAMP))
+    c.emit("vmulps", c.r(t), c.r(d), c.r(d))
+    for r, coeffs in ((p, ERF_P), (q, ERF_Q)):          # Horner in t = x^2
+        c.emit("vmovups", c.r(r), c.c(coeffs[-1]))
+        for coeff in reversed(coeffs[:-1]):
+            c.emit("vfmadd213ps", c.r(r), c.r(t), c.c(coeff))
+    c.emit("vmulps", c.r(p), c.r(p), c.r(d))
+    c.emit("vdivps", c.r(d), c.r(p), c.r(q))
+    c.free(t, p, q)
+
+
 _OPS = {"neg": _neg, "abs": _abs, "relu": _relu, "sqrt": _sqrt, "reciprocal": _reciprocal,
-        "exp": _exp, "log": _log, "sigmoid": _sigmoid, "tanh": _tanh, "gelu": _gelu}
+        "exp": _exp, "log": _log, "sigmoid": _sigmoid, "tanh": _tanh, "gelu": _gelu,
+        "erf": _erf}

@@ -50,7 +50,3 @@ def unary(v: Dyn, fn) -> Dyn:
 def clamp01(t):
     return t.max(0.0).min(1.0)
 
-
-def step(t, at: float = 0.0):
-    """1 where t > at, 0 where t < at (a select without a select op: exact away from `at`)."""
-    return ((t - at) * 1e30).max(0.0).min(1.0)

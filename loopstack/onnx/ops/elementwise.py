@@ -12,7 +12,7 @@ import numpy as np
 from ...errors import UnsupportedError
 from ..registry import converter
 from ..values import Dyn, is_const
-from .common import binary, clamp01, step, unary, versions
+from .common import binary, clamp01, unary, versions
 
 _BINARY = {"Add": ("add", np.add), "Sub": ("sub", np.subtract), "Mul": ("mul", np.multiply),
            "Div": ("div", None)}
@@ -86,28 +86,6 @@ def _register_unary(op, first, build, fold=None, **attrs):
     converter(op, *versions(op, first), fold=fold)(convert)
 
 
-def _erf(t):
-    """erf from exp and arithmetic: the Maclaurin series for |x| < 0.5 (to x^11: error < 2e-8)
-    blended, by an exact step, with Abramowitz & Stegun 7.1.26 above (absolute error < 1.5e-7
-    where erf is at least 0.52). Each value read more than once is stored once per vector by
-    the layer's schedule (onnx/schedules.py), so the terms below count as written."""
-    a = t.abs()
-    small = t.max(-0.5).min(0.5)
-    x2 = small * small
-    coeffs = [(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(6)]
-    series = x2 * coeffs[-1] + coeffs[-2]
-    for c in reversed(coeffs[:-2]):
-        series = series * x2 + c
-    series = small * (series * (2 / math.sqrt(math.pi)))
-    p, a1, a2, a3, a4, a5 = 0.3275911, 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429
-    u = (a * p + 1.0).reciprocal()
-    poly = ((((u * a5 + a4) * u + a3) * u + a2) * u + a1) * u
-    large = 1.0 - poly * (-(a * a)).exp()
-    sign = (t * 1e30).max(-1.0).min(1.0)      # exact wherever the large branch is taken
-    big = step(a, 0.5)
-    return series + big * (sign * large - series)
-
-
 def _softplus(t):
     return t.max(0.0) + ((-t.abs()).exp() + 1.0).log()
 
@@ -131,7 +109,7 @@ _register_unary("Sqrt", 6, lambda t: t.sqrt(), _np_unary(np.sqrt))
 _register_unary("Reciprocal", 6, lambda t: t.reciprocal(), _np_unary(np.reciprocal))
 _register_unary("Abs", 6, lambda t: t.abs())
 _register_unary("Neg", 6, lambda t: -t, lambda X: -X)
-_register_unary("Erf", 9, _erf)
+_register_unary("Erf", 9, lambda t: t._unary("erf"))
 _register_unary("Softsign", 1, lambda t: t / (t.abs() + 1.0))
 _register_unary("Softplus", 1, _softplus)
 _register_unary("HardSwish", 14, lambda t: t * clamp01(t * (1.0 / 6.0) + 0.5))
@@ -151,7 +129,7 @@ def _gelu(t, approximate):
         return t * 0.5 * ((t + t * t * t * 0.044715) * c)._unary("tanh") + t * 0.5
     if approximate != "none":
         raise UnsupportedError(f"Gelu approximate={approximate!r}")
-    return t * 0.5 + t * 0.5 * _erf(t * (1 / math.sqrt(2)))
+    return t * 0.5 + t * 0.5 * (t * (1 / math.sqrt(2)))._unary("erf")
 
 
 _register_unary("Gelu", 20, _gelu, approximate="none")
