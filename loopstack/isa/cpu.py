@@ -271,20 +271,25 @@ def _parse_size(text: str) -> int:
     return int(text.rstrip("KMG")) * scale
 
 
-def _caches_from_sysfs(root: str) -> dict[str, int]:
-    found = {}
+def _sysfs_data_caches(root: str, field: str, parse=int):
+    """(level, parse(its `field` file)) of each data or unified cache sysfs describes under `root`."""
     for d in sorted(glob.glob(os.path.join(root, "index*"))):
         try:
             with open(os.path.join(d, "level")) as f:
                 level = int(f.read())
             with open(os.path.join(d, "type")) as f:
                 kind = f.read().strip()
-            with open(os.path.join(d, "size")) as f:
-                size = _parse_size(f.read())
+            with open(os.path.join(d, field)) as f:
+                value = parse(f.read())
         except (OSError, ValueError):
             continue
-        if kind == "Instruction":
-            continue
+        if kind != "Instruction":
+            yield level, value
+
+
+def _caches_from_sysfs(root: str) -> dict[str, int]:
+    found = {}
+    for level, size in _sysfs_data_caches(root, "size", _parse_size):
         key = "l1d" if level == 1 else f"l{level}"
         if key in _DEFAULT_CACHES:
             found[key] = size
@@ -294,17 +299,8 @@ def _caches_from_sysfs(root: str) -> dict[str, int]:
 @functools.lru_cache(maxsize=None)
 def l1d_ways(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
     """The L1 data cache's associativity: sysfs on Linux, else CPUID (leaf 4 / 0x8000001D), else 8."""
-    for d in sorted(glob.glob(os.path.join(root, "index*"))):
-        try:
-            with open(os.path.join(d, "level")) as f:
-                level = int(f.read())
-            with open(os.path.join(d, "type")) as f:
-                kind = f.read().strip()
-            with open(os.path.join(d, "ways_of_associativity")) as f:
-                ways = int(f.read())
-        except (OSError, ValueError):
-            continue
-        if level == 1 and kind != "Instruction" and ways > 0:
+    for level, ways in _sysfs_data_caches(root, "ways_of_associativity"):
+        if level == 1 and ways > 0:
             return ways
     if is_x86_64():
         leaf = _cache_leaf()

@@ -112,11 +112,7 @@ def _exp(c, d, x):
     c.emit("fmls", d.s4, n.s4, k.s4)             # r = x - n ln2, in two parts
     c.const(k, LN2_LO)
     c.emit("fmls", d.s4, n.s4, k.s4)
-    c.const(n, EXP_POLY[7])
-    for coeff in reversed(EXP_POLY[:7]):         # Horner: n = n * r + coeff
-        c.const(k, coeff)
-        c.emit("fmla", k.s4, n.s4, d.s4)
-        c.emit("mov", n.b16, k.b16)
+    _horner(c, n, d, EXP_POLY, k)
     # 2^n as 2^h * 2^(n-h), h = n >> 1 (backend/vmath.py)
     c.emit("sshr", d.s4, i.s4, 1)
     c.emit("sub", i.s4, i.s4, d.s4)
@@ -127,6 +123,16 @@ def _exp(c, d, x):
     c.emit("add", i.s4, i.s4, k.s4)
     c.emit("fmul", d.s4, n.s4, i.s4)
     c.free(_num(c, n), _num(c, i), _num(c, k))
+
+
+def _horner(c, acc, x, coeffs, k) -> None:
+    """acc = the polynomial of `coeffs` (lowest degree first) at x; k is a scratch register
+    (fmla accumulates into its destination: each step is k = coeff + acc * x, then acc = k)."""
+    c.const(acc, coeffs[-1])
+    for coeff in reversed(coeffs[:-1]):
+        c.const(k, coeff)
+        c.emit("fmla", k.s4, acc.s4, x.s4)
+        c.emit("mov", acc.b16, k.b16)
 
 
 def _num(c, v) -> int:
@@ -149,11 +155,7 @@ def _log(c, d, x):
     c.emit("fsub", m.s4, m.s4, k.s4)
     c.emit("fdiv", t.s4, m.s4, t.s4)             # t = (m-1)/(m+1) in [0, 1/3)
     c.emit("fmul", m.s4, t.s4, t.s4)
-    c.const(p, LOG_SERIES[-1])
-    for coeff in reversed(LOG_SERIES[:-1]):
-        c.const(k, coeff)
-        c.emit("fmla", k.s4, p.s4, m.s4)
-        c.emit("mov", p.b16, k.b16)
+    _horner(c, p, m, LOG_SERIES, k)
     c.emit("fmul", p.s4, p.s4, t.s4)
     c.emit("fadd", p.s4, p.s4, p.s4)             # log m = 2 atanh(t)
     c.const(k, math.log(2))
@@ -208,12 +210,8 @@ def _erf(c, d, x):
     c.emit("fmax", d.s4, d.s4, q.s4)
     c.emit("fmul", t.s4, d.s4, d.s4)
     k = c.P(c.tmp())
-    for r, coeffs in ((p, ERF_P), (q, ERF_Q)):          # Horner in t = x^2: r = r * t + coeff
-        c.const(r, coeffs[-1])
-        for coeff in reversed(coeffs[:-1]):
-            c.const(k, coeff)
-            c.emit("fmla", k.s4, r.s4, t.s4)
-            c.emit("mov", r.b16, k.b16)
+    _horner(c, p, t, ERF_P, k)                   # in t = x^2
+    _horner(c, q, t, ERF_Q, k)
     c.emit("fmul", p.s4, p.s4, d.s4)
     c.emit("fdiv", d.s4, p.s4, q.s4)
     c.free(*(_num(c, v) for v in (t, p, q, k)))
