@@ -62,7 +62,7 @@ UNARY = {
     "recip": (lambda x: lt.reciprocal(lt.abs(x) + 1.0), lambda x: 1 / (np.abs(x) + 1.0)),
     "gelu": (lt.nn.gelu, lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))),
     "scale": (lambda x: x * 0.5 + 1.0, lambda x: x * 0.5 + 1.0),
-    "erf": (lt.erf, lambda x: np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype)),
+    "erf": (lt.erf, lambda x: np.asarray(np.frompyfunc(math.erf, 1, 1)(x), np.float64).astype(np.asarray(x).dtype)),
 }
 BINARY = {
     "add": (lambda a, b: a + b, np.add),

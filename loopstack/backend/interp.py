@@ -58,7 +58,8 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 def erf(x):
     """The error function, in float64 rounded to x's precision (the reference the vector code's
     rational approximation is measured against)."""
-    return _ERF(np.asarray(x, np.float64)).astype(np.float64).astype(np.asarray(x).dtype)
+    x = np.asarray(x)
+    return np.asarray(_ERF(x.astype(np.float64)), np.float64).astype(x.dtype)      # a 0-d x gives a float
 
 
 def _relu(x):
