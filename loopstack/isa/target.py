@@ -118,7 +118,7 @@ class Target:
             ("fp32 lanes", str(self.lanes("float32"))), ("opmask registers", "yes" if self.has_masks else "no"),
             ("required", " ".join(sorted(self.required))),
             ("fma units x latency", f"{self.fma_units} x {self.fma_latency} cycles"),
-            ("caches l1d / l2 / l3", f"{size(self.l1d)} / {size(self.l2)} / {size(self.l3)}"),
+            ("caches l1d / l2 / l3", f"{size(self.l1d)} ({self.l1d_ways}-way) / {size(self.l2)} / {size(self.l3)}"),
             ("TLB entries (miss cycles)", f"{self.dtlb_entries} ({self.dtlb_miss_cycles}) / "
                                           f"{self.stlb_entries} ({self.stlb_miss_cycles})"),
             ("unroll limit", str(self.unroll_limit)),
