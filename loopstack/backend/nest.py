@@ -548,13 +548,20 @@ class SegmentCompiler:
         limit = self._max_accumulators(stmt)
         if not limit:
             return False
-        # block_footprint, its chain of loops described once per loop
         chain = self._block_chains.get(id(lp))
         if chain is None:
-            chain = self._block_chains[id(lp)] = block_chain(self.tree, lp, stmt, self.plan)
+            chain = self._block_chain(lp, stmt)
         if footprint_of(chain, ctx.ranges, self.tree.dim_size, self.width, limit) > limit:
             return False
         return not self._splits_reduction(lp, stmt, ctx)
+
+    def _block_chain(self, lp: Loop, stmt: Compute) -> tuple:
+        """analysis.block_chain of `lp`, kept with those of the loops under it: each is a suffix
+        of it (the walk asks the loops of a nest top down, until a block fits)."""
+        chain = block_chain(self.tree, lp, stmt, self.plan)
+        for i, inner in enumerate(chain_below(lp)):
+            self._block_chains[id(inner)] = chain[i:]
+        return chain
 
     def _max_accumulators(self, stmt: Compute) -> int:
         """max_accumulators, once per statement; 0 for a statement no register block can hold
