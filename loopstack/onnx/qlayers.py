@@ -31,7 +31,9 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..looptree.builders import access, make_tree, nest
-from ..looptree.ir import Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree, Requant, map_accesses
+from ..looptree.ir import (
+    Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree, Requant, map_accesses, statements,
+)
 
 QUANTIZED = ("uint8", "int8")
 LANES = 16    # output channels are padded to whole 512-bit vectors of int32 lanes
@@ -50,17 +52,40 @@ class TreeKernel:
 
     def compile_kernel(self, target):
         from ..backend import compile as compile_tree
+        from ..isa.target import get_target
 
+        tree = self.tree
+        if get_target(target, check=False).cores > 1:
+            tree = parallel_contraction(tree)
         try:
-            kernel = compile_tree(self.tree, target)
+            kernel = compile_tree(tree, target)
         except UnsupportedError as e:
             # the backend requantizes a sum on its store only where one nest computes it whole
             # ("a requantized sum split over several nests": a vector loop with a remainder)
             if not any(c.requant is not None and c.reduce for _, c in self.tree.computes()):
                 raise
             log.info("requantizing in a statement of its own (%s)", e)
-            kernel = compile_tree(requant_apart(self.tree), target)
+            kernel = compile_tree(requant_apart(tree), target)
         return kernel, self.args, "int8" if kernel.tensorized is None else "int8-dot"
+
+
+def parallel_contraction(tree: LoopTree) -> LoopTree:
+    """`tree` with the outermost loop of its contraction annotated parallel, where that loop runs
+    over the output at least twice and the nest is large enough to split between a network's
+    threads (tune.defaults.AWAKE_PARALLEL_MIN_FLOPS: its workers are awake from layer to layer).
+    The tensorizing rewrite keeps the annotation on the outermost loop of the block it builds."""
+    from ..looptree.stats import flops
+    from ..tune.defaults import AWAKE_PARALLEL_MIN_FLOPS
+
+    body = list(tree.body)
+    for i, node in enumerate(body):
+        stmts = [s for s in statements(node) if s.reduce]
+        if not (isinstance(node, Loop) and stmts) or node.dim not in stmts[0].out.names():
+            continue
+        if tree.dim_size(node.dim) < 2 * node.step or flops(LoopTree(tree.buffers, tree.dims, (node,))) < AWAKE_PARALLEL_MIN_FLOPS:
+            continue
+        body[i] = replace(node, annotations=frozenset(node.annotations) | {"parallel"})
+    return LoopTree(tree.buffers, tree.dims, tuple(body))
 
 
 def requant_apart(tree: LoopTree) -> LoopTree:

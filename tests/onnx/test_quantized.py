@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import loopstack as lt
 from loopstack.onnx import models
 from loopstack.isa import cpu
+from loopstack.looptree.ir import Loop
 
 ONNX_TYPE = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8, "int32": TensorProto.INT32,
              "float32": TensorProto.FLOAT}
@@ -293,6 +294,30 @@ def test_layer_shapes_run_on_the_dot_product_instruction(op):
     compiled = check_exact(m, inputs)
     kernels = [L.kernel for L in quantized_layers(compiled)]
     assert kernels and all(k.tensorized for k in kernels), [k.tensorized for k in kernels]
+
+
+@pytest.mark.skipif(not _dot_instructions(), reason="this CPU has no 8-bit dot product the x86 backend uses")
+@pytest.mark.parametrize("op", ["QLinearConv", "QLinearMatMul"])
+def test_quantized_layers_split_their_rows_between_threads(op):
+    """On two threads a quantized layer's tensorized block loop is its outermost, parallel loop,
+    and the model computes onnxruntime's result bit for bit, as on one thread."""
+    rng = np.random.default_rng(3)
+    if op == "QLinearConv":
+        p = dict(groups=1, cg=64, kg=64, k=[3, 3], stride=[1, 1], dil=[1, 1], pads=[1, 1, 1, 1], hw=[28, 28],
+                 x_dt="uint8", w_dt="int8", y_dt="uint8", per_channel=True, w_zp=False, bias=True, batch=1, seed=0)
+        m, inputs = qconv_model(p, rng)
+    else:
+        p = dict(a_dt="uint8", b_dt="int8", y_dt="uint8", batch=(), m=64, k=256, n=256, per_column=True,
+                 b_zp=False, seed=0)
+        m, inputs = qmatmul_model(p, rng)
+    want = ort_run(m, inputs)
+    for threads in (1, 2):
+        compiled = lt.onnx.compile(m, threads=threads)
+        np.testing.assert_array_equal(compiled.run(inputs)["y"], want)
+        (layer,) = quantized_layers(compiled)
+        assert layer.kernel.tensorized
+        parallel = [n for n in layer.kernel.lowered.body if isinstance(n, Loop) and "parallel" in n.annotations]
+        assert len(parallel) == (threads > 1), (threads, layer.kernel.lowered)
 
 
 def _dw576():

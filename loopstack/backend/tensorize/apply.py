@@ -99,7 +99,7 @@ def _default(tree: LoopTree, target, features, avoid) -> tuple[LoopTree, TensorI
         if instr.broadcast is None or instr.vector_bits != target.vector_bits:
             continue
         try:
-            return tensorize(tree, instr, block=register_block(target, instr), avoid=avoid).tree, instr
+            return tensorize(tree, instr, block=register_block(target, instr), avoid=avoid, parallel=parallel).tree, instr
         except (UnsupportedError, ScheduleError):
             continue
     return tree, None

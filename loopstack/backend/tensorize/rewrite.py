@@ -88,7 +88,8 @@ def namer(tree: LoopTree, avoid=()):
 
 
 def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]] | None = None,
-              block: tuple[int, int] | None = None, avoid: frozenset[str] = frozenset()) -> Rewrite:
+              block: tuple[int, int] | None = None, avoid: frozenset[str] = frozenset(),
+              parallel: bool = False) -> Rewrite:
     """`tree` (one contraction) rewritten so `instr` computes its innermost loops.
 
     The loops above the instruction's are `outer` ((dim, step[, annotations]) entries, outermost
@@ -97,7 +98,9 @@ def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]
     dimensions and the reduction by k. `block=(rows, panels[, room])` asks instead for a register block
     of `rows` points of the output's innermost other dimension by `panels` vectors of lanes, the
     whole reduction inside it — the shape of an FMA kernel's block, for the code generators.
-    New loop and buffer names avoid `avoid` (the names of a program this tree is a part of)."""
+    New loop and buffer names avoid `avoid` (the names of a program this tree is a part of).
+    `parallel`: the outermost of the default loops (not of `outer`'s), where it has two or more
+    iterations, runs in parallel."""
     stmts = list(tree.computes())
     if len(stmts) != 1:
         raise UnsupportedError(f"tensorize takes a tree of one contraction; this one has {len(stmts)} statements")
@@ -132,13 +135,13 @@ def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]
     errors = []
     for binding, compensate, widen in candidates:
         try:
-            return _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
+            return _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid, parallel)
         except (UnsupportedError, ScheduleError) as e:
             errors.append(e)
     raise errors[0]
 
 
-def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid) -> Rewrite:
+def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid, parallel=False) -> Rewrite:
     if compensate and stmt.init is None:
         raise UnsupportedError(f"statement {stmt.name} accumulates into %{stmt.out.buffer}'s values; the int8 "
                                "compensation needs an init (identity or a bias)")
@@ -283,6 +286,10 @@ def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid)
                  + [(d, 1) for d in red_dims if d != r] + [(r_pad, K), (rows_dim, 1), (lane, L)])
     elif outer is None:
         outer = [(d, 1) for d in out_others] + [(lane, L)] + [(d, 1) for d in red_dims if d != r] + [(r_pad, K)]
+    else:
+        parallel = False                # the schedule's loops carry their own annotations
+    if parallel and sizes[outer[0][0]] >= 2 * outer[0][1]:
+        outer = [(*outer[0][:2], frozenset({"parallel"}))] + list(outer[1:])
     order = list(outer) + [(lane, 1), (r_pad, 1)]
     vars_ = [fresh(f"{d[0]}{i}") for i, d in enumerate(order)]
     var_of = dict(zip(vars_, order))
