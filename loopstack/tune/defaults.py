@@ -406,8 +406,8 @@ def _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt, vb) -> b
     whole-k panel `vb` wide (the block's) is more than _PACK_PANEL: one that fits is served by
     a vector tile of panels (plan; on a Zen 4 MM-1024 on AVX2, 110 GFLOPS against 102 in
     streamed k tiles), a larger one would run every pass from L2 (Zen 4, AVX-512: BERT's
-    3072 x 768 product, whose A is 1.5 MB against a 1 MB L2, 86 in 14 x 2 blocks and 64 KB
-    k tiles, 112 in 8 x 3 blocks and 24 KB ones; MM-1024 79 -> 107, MM-2048 75 -> 96)."""
+    3072 x 768 product, whose A is 1.5 MB against a 1 MB L2, 86-88 in 14 x 2 blocks and 64 KB
+    k tiles, 109-113 in whole-row blocks and 24 KB ones; MM-1024 87 -> 107, MM-2048 85 -> 98)."""
     if mult is None or len(red) != 1 or depthwise or row is None or graph.size(vec) <= tgt.lanes():
         return False
     size = graph.size
