@@ -277,20 +277,25 @@ def _dot_instructions():
     return "avx512_vnni" in feats or "avxvnni" in feats or "avx2" in feats
 
 
+def _layer(op, rng, w_dt, size, hw=(10, 10), batch=(2,)):
+    """A QLinearConv of `size` -> 2 x `size` channels over `hw`, or a QLinearMatMul of 24 x
+    `size` by `size` x 48; uint8 weights get a zero point per channel or column."""
+    if op == "QLinearConv":
+        p = dict(groups=1, cg=size, kg=2 * size, k=[3, 3], stride=[1, 1], dil=[1, 1], pads=[1, 1, 1, 1],
+                 hw=list(hw), x_dt="uint8", w_dt=w_dt, y_dt="uint8", per_channel=True, w_zp=w_dt == "uint8",
+                 bias=True, batch=1, seed=0)
+        return qconv_model(p, rng)
+    p = dict(a_dt="uint8", b_dt=w_dt, y_dt="uint8", batch=batch, m=24, k=size, n=48, per_column=True,
+             b_zp=w_dt == "uint8", seed=0)
+    return qmatmul_model(p, rng)
+
+
 @pytest.mark.skipif(not _dot_instructions(), reason="this CPU has no 8-bit dot product the x86 backend uses")
 @pytest.mark.parametrize("op", ["QLinearConv", "QLinearMatMul"])
 def test_layer_shapes_run_on_the_dot_product_instruction(op):
     """A network's usual shapes (channels a multiple of 16) compile to the tensorized kernel,
     the worst-case zero points (uint8 weights, a per-channel weight zero point) included."""
-    rng = np.random.default_rng(0)
-    if op == "QLinearConv":
-        p = dict(groups=1, cg=32, kg=64, k=[3, 3], stride=[1, 1], dil=[1, 1], pads=[1, 1, 1, 1], hw=[10, 10],
-                 x_dt="uint8", w_dt="uint8", y_dt="uint8", per_channel=True, w_zp=True, bias=True, batch=1, seed=0)
-        m, inputs = qconv_model(p, rng)
-    else:
-        p = dict(a_dt="uint8", b_dt="uint8", y_dt="uint8", batch=(2,), m=24, k=64, n=48, per_column=True,
-                 b_zp=True, seed=0)
-        m, inputs = qmatmul_model(p, rng)
+    m, inputs = _layer(op, np.random.default_rng(0), "uint8", 32 if op == "QLinearConv" else 64)
     compiled = check_exact(m, inputs)
     kernels = [L.kernel for L in quantized_layers(compiled)]
     assert kernels and all(k.tensorized for k in kernels), [k.tensorized for k in kernels]
@@ -301,15 +306,8 @@ def test_layer_shapes_run_on_the_dot_product_instruction(op):
 def test_quantized_layers_split_their_rows_between_threads(op):
     """On two threads a quantized layer's tensorized block loop is its outermost, parallel loop,
     and the model computes onnxruntime's result bit for bit, as on one thread."""
-    rng = np.random.default_rng(3)
-    if op == "QLinearConv":
-        p = dict(groups=1, cg=64, kg=64, k=[3, 3], stride=[1, 1], dil=[1, 1], pads=[1, 1, 1, 1], hw=[28, 28],
-                 x_dt="uint8", w_dt="int8", y_dt="uint8", per_channel=True, w_zp=False, bias=True, batch=1, seed=0)
-        m, inputs = qconv_model(p, rng)
-    else:
-        p = dict(a_dt="uint8", b_dt="int8", y_dt="uint8", batch=(), m=64, k=256, n=256, per_column=True,
-                 b_zp=False, seed=0)
-        m, inputs = qmatmul_model(p, rng)
+    m, inputs = _layer(op, np.random.default_rng(3), "int8", 64 if op == "QLinearConv" else 1024, hw=(28, 28),
+                       batch=(8,))
     want = ort_run(m, inputs)
     for threads in (1, 2):
         compiled = lt.onnx.compile(m, threads=threads)

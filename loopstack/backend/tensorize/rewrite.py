@@ -99,8 +99,8 @@ def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]
     of `rows` points of the output's innermost other dimension by `panels` vectors of lanes, the
     whole reduction inside it — the shape of an FMA kernel's block, for the code generators.
     New loop and buffer names avoid `avoid` (the names of a program this tree is a part of).
-    `parallel`: the outermost of the default loops (not of `outer`'s), where it has two or more
-    iterations, runs in parallel."""
+    `parallel`: the outermost of the default loops (not of `outer`'s) with two or more iterations
+    runs in parallel (see _parallel_first)."""
     stmts = list(tree.computes())
     if len(stmts) != 1:
         raise UnsupportedError(f"tensorize takes a tree of one contraction; this one has {len(stmts)} statements")
@@ -139,6 +139,19 @@ def tensorize(tree: LoopTree, instr: TensorInstr, *, outer: list[tuple[str, int]
         except (UnsupportedError, ScheduleError) as e:
             errors.append(e)
     raise errors[0]
+
+
+def _parallel_first(outer: list, sizes: dict, out_dims) -> list:
+    """`outer` with its first loop of two or more iterations annotated parallel and moved first,
+    where it runs over the output and only loops of one iteration come before it (moving it
+    past them changes the place of no iteration); else `outer` as it is."""
+    for i, entry in enumerate(outer):
+        dim, step = entry[:2]
+        if dim not in out_dims:
+            break
+        if sizes[dim] >= 2 * step:
+            return [(dim, step, frozenset({"parallel"}))] + list(outer[:i]) + list(outer[i + 1:])
+    return list(outer)
 
 
 def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid, parallel=False) -> Rewrite:
@@ -288,8 +301,8 @@ def _rewrite(tree, stmt, instr, binding, compensate, widen, outer, block, avoid,
         outer = [(d, 1) for d in out_others] + [(lane, L)] + [(d, 1) for d in red_dims if d != r] + [(r_pad, K)]
     else:
         parallel = False                # the schedule's loops carry their own annotations
-    if parallel and sizes[outer[0][0]] >= 2 * outer[0][1]:
-        outer = [(*outer[0][:2], frozenset({"parallel"}))] + list(outer[1:])
+    if parallel:
+        outer = _parallel_first(outer, sizes, out_dims)
     order = list(outer) + [(lane, 1), (r_pad, 1)]
     vars_ = [fresh(f"{d[0]}{i}") for i, d in enumerate(order)]
     var_of = dict(zip(vars_, order))
