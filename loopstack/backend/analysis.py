@@ -162,10 +162,16 @@ def vector_plan(tree: LoopTree, loop: Loop, byte_map=byte_map, integers: bool = 
                 return None
             if tree.buffer(a.buffer).dtype != "float32" and s == 0 and tree.buffer(a.buffer).dtype != "float16":
                 return None
-        for b in _buffers_of(stmt):
-            if tree.buffer(b).dtype not in ("float32", "float16"):
-                return None
+        if tree.buffer(stmt.out.buffer).dtype not in _FLOATS:
+            return None
+        # a float statement's integer reads are converted lane by lane (a DequantizeLinear)
+        if any(tree.buffer(a.buffer).dtype not in _FLOATS + _CONVERTED for a in stmt.reads()):
+            return None
     return VectorPlan(loop, bool(along))
+
+
+_FLOATS = ("float32", "float16")
+_CONVERTED = ("int32", "int16", "int8", "uint8")
 
 
 def _dot_plan(tree: LoopTree, loop: Loop, stmt: Compute, byte_map) -> VectorPlan | None:

@@ -136,6 +136,55 @@ class HostStep:
         return _HostKernel(self.fn), self.args, "host"
 
 
+@dataclass(eq=False)
+class NativeOrHost:
+    """An element-wise layer given as a loop tree that compiles where the target's code converts
+    integer reads to float (x86), and runs as its host step elsewhere (AArch64: the compile says
+    why, and the host step computes the same)."""
+    tree: LoopTree
+    args: list
+    host: HostStep
+
+    def compile_kernel(self, target):
+        from ..backend import compile as compile_tree
+        from ..isa.target import get_target
+        from ..tune.defaults import AWAKE_PARALLEL_MIN_ELEMENTS
+
+        tree = self.tree
+        (out,) = tree.outputs
+        if get_target(target, check=False).cores > 1 and int(np.prod(out.shape)) >= AWAKE_PARALLEL_MIN_ELEMENTS:
+            first = tree.body[0]
+            if tree.dim_size(first.dim) >= 2:      # a network's threads split it (onnx/model.py)
+                tree = LoopTree(tree.buffers, tree.dims, (replace(first, annotations=first.annotations | {"parallel"}),))
+        try:
+            return compile_tree(tree, target), self.args, "native"
+        except UnsupportedError as e:
+            log.info("a host step instead of a kernel: %s", e)
+            return self.host.compile_kernel(target)
+
+
+def dequantize_tree(dtype: str, shape: tuple, scale, zero_point, axis: int | None) -> tuple[LoopTree, list]:
+    """(loop tree, constant inputs) of `y = (x - zero_point) * scale` over an 8-bit `x` of
+    `shape` (as stored): the scale and zero point per tensor (`axis` None: scalars) or along the
+    stored axis `axis` (1-D arrays). x - zero_point is exact in float32 (both 8-bit), one
+    rounding follows: onnxruntime's arithmetic, bit for bit."""
+    dims = [f"d{i}" for i in range(len(shape))]
+    bufs, consts = [Buffer("x", dtype, tuple(shape), "input")], []
+
+    def param(name, value, dt):
+        if axis is None:
+            return Const(float(np.asarray(value).reshape(())))
+        bufs.append(Buffer(name, dt, (shape[axis],), "input", constant=True))
+        consts.append(np.ascontiguousarray(np.asarray(value, dt).reshape(-1)))
+        return Load(access(name, dims[axis]))
+
+    zp = param("zp", zero_point, "float32")
+    s = param("scale", scale, "float32")
+    bufs.append(Buffer("y", "float32", tuple(shape), "output"))
+    stmt = Compute("dequantize", access("y", *dims), Binary("mul", Binary("sub", Load(access("x", *dims)), zp), s))
+    return make_tree(bufs, dict(zip(dims, shape)), nest([(d, 1) for d in dims], stmt)), consts
+
+
 # ---------------------------------------------------------------------------- quantize / dequantize
 def per_axis(param: np.ndarray, shape, axis: int, block_size: int, what: str) -> np.ndarray:
     """A scale or zero point of QuantizeLinear/DequantizeLinear broadcast against a value of

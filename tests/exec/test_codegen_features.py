@@ -229,6 +229,32 @@ def test_nested_tails_keep_the_code_small():
     assert sum(len(asm) for _, asm, _ in kernel._segments) < 1500
 
 
+# -- integer reads of float statements --------------------------------------------------
+
+@pytest.mark.parametrize("target", [t for t, need in (("avx2", "avx2"), ("avx512", "avx512f")) if need in FEATURES])
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "int32"])
+@pytest.mark.parametrize("n", [5, 16, 37, 100])
+def test_float_statements_convert_integer_reads_in_vector_lanes(target, dtype, n):
+    """(x - 3) * s over integer x (a DequantizeLinear): vector loads widened and converted
+    (vpmovzxbd ... vcvtdq2ps), masked or element-wise tails; numpy's float32 arithmetic."""
+    from loopstack.looptree.builders import access, make_tree, nest
+    from loopstack.looptree.ir import Binary, Buffer, Compute, Const, Load
+
+    stmt = Compute("dq", access("y", "i", "j"),
+                   Binary("mul", Binary("sub", Load(access("x", "i", "j")), Const(3)), Load(access("s", "j"))))
+    tree = make_tree([Buffer("x", dtype, (3, n), "input"), Buffer("s", "float32", (n,), "input"),
+                      Buffer("y", "float32", (3, n), "output")], {"i": 3, "j": n}, nest([("i", 1), ("j", 1)], stmt))
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(n)
+    x = rng.integers(info.min, int(info.max) + 1, (3, n)).astype(dtype)
+    s = rng.uniform(0.01, 2, n).astype(np.float32)
+    kernel = compile(tree, target=target)
+    assert "vcvtdq2ps" in kernel.asm() and ("ps " + ("zmm" if target == "avx512" else "ymm")) in kernel.asm()
+    y = np.zeros((3, n), np.float32)
+    kernel(x, s, y)
+    np.testing.assert_array_equal(y, (x.astype(np.float32) - np.float32(3)) * s)
+
+
 # -- element-wise math ------------------------------------------------------------------
 
 @pytest.mark.parametrize("op", sorted(MATH))

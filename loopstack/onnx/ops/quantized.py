@@ -13,8 +13,8 @@ import numpy as np
 from ...errors import ShapeError, UnsupportedError
 from ..graph import Layer
 from ..qlayers import (
-    QUANTIZED, Epilogue, HostStep, conv_kernel, dequantize, dequantize_into, matmul_kernel, per_axis, quantize,
-    quantize_into,
+    QUANTIZED, Epilogue, HostStep, NativeOrHost, conv_kernel, dequantize, dequantize_into, dequantize_tree,
+    matmul_kernel, per_axis, quantize, quantize_into,
 )
 from ..registry import converter
 from ..values import Dyn, is_const, norm_axis
@@ -277,9 +277,11 @@ def _dequantize_fold(x, x_scale, x_zero_point=None, *, axis=1, block_size=0, out
     return dequantize(x, x_scale, x_zero_point, ax, block_size)
 
 
-def _elementwise_host(ctx, X, fn, out_dtype: str, per_tensor: bool) -> Dyn:
+def _elementwise_host(ctx, X, fn, out_dtype: str, per_tensor: bool, native=None) -> Dyn:
     """`fn(x, out)` (numpy, on the value in ONNX axis order, or on the flat buffers where
-    `per_tensor`) as a host step over X's buffer, writing a buffer in the same axis order as X's."""
+    `per_tensor`) as a host step over X's buffer, writing a buffer in the same axis order as X's;
+    with `native(held shape, layout)` -> (loop tree, constants), a kernel of that tree where the
+    target compiles it (NativeOrHost), the host step elsewhere."""
     v = ctx.materialize(X)
     shape = tuple(v.shape)
     layout = tuple(v.layout or range(len(shape)))
@@ -292,7 +294,11 @@ def _elementwise_host(ctx, X, fn, out_dtype: str, per_tensor: bool) -> Dyn:
         else:
             fn(np.transpose(arr.reshape(held), back), np.transpose(out.reshape(held), back))
 
-    return _emit(ctx, HostStep(step, [("buffer", v.buffer, held)]), held, out_dtype, shape, layout)
+    host = HostStep(step, [("buffer", v.buffer, held)])
+    if native is not None:
+        tree, consts = native(held, layout)
+        host = NativeOrHost(tree, host.args + [("const", c) for c in consts], host)
+    return _emit(ctx, host, held, out_dtype, shape, layout)
 
 
 @converter("QuantizeLinear", *versions("QuantizeLinear", 10), const=(1, 2), fold=_quantize_fold, integer=True)
@@ -325,4 +331,8 @@ def dequantize_linear(ctx, x, x_scale, x_zero_point=None, *, axis=1, block_size=
     s = per_axis(np.asarray(x_scale, np.float32), shape, ax, block_size, "scale")
     z = np.asarray(0 if x_zero_point is None else per_axis(x_zero_point, shape, ax, block_size, "zero point"),
                    np.int64 if dt == "int32" else np.float32)
-    return _elementwise_host(ctx, x, lambda a, out: dequantize_into(a, s, z, out), "float32", per_tensor)
+    native = None
+    if dt in QUANTIZED and not block_size:    # int32's x - zp is not exact in float32: numpy's int64
+        def native(held, layout):
+            return dequantize_tree(dt, held, s, z, None if per_tensor else list(layout).index(ax))
+    return _elementwise_host(ctx, x, lambda a, out: dequantize_into(a, s, z, out), "float32", per_tensor, native)
