@@ -162,7 +162,7 @@ def vector_plan(tree: LoopTree, loop: Loop, byte_map=byte_map, integers: bool = 
                 return None
             if tree.buffer(a.buffer).dtype != "float32" and s == 0 and tree.buffer(a.buffer).dtype != "float16":
                 return None
-        if tree.buffer(stmt.out.buffer).dtype not in _FLOATS:
+        if tree.buffer(stmt.out.buffer).dtype not in _FLOATS and not (stmt.requant and stmt.requant.of_float):
             return None
         # a float statement's integer reads are converted lane by lane (a DequantizeLinear)
         if any(tree.buffer(a.buffer).dtype not in _FLOATS + _CONVERTED for a in stmt.reads()):

@@ -21,6 +21,7 @@ from operator import mul
 from ..dtypes import DTYPES
 from ..errors import UnsupportedError
 from ..looptree.ir import Acc, Access, Binary, Compute, Const, Dot, Load, LoopTree, Unary, expr_loads
+from ..looptree.verify import computes_in_integers
 from .analysis import NARROW_INTEGERS, ByteMap, byte_map, dot_kind, element_stride, vector_plan
 from .values import RegisterFile, Shape, Val
 
@@ -59,7 +60,7 @@ class Emitter:
 
     def begin(self, stmt: Compute) -> None:
         """The walk hands over instances of `stmt`: select integer or floating-point arithmetic."""
-        self.int = not DTYPES[self.tree.buffer(stmt.out.buffer).dtype].is_float
+        self.int = computes_in_integers(stmt, self.tree.buffer(stmt.out.buffer).dtype)
 
     # -- what the instruction set decides ------------------------------------------
     @classmethod

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..dtypes import DTYPES
 from ..looptree import stats
+from ..looptree.verify import computes_in_integers
 from ..looptree.ir import (
     Acc, Access, Binary, Compute, Const, Dot, Load, Loop, LoopTree, Unary, reduce_identity,
 )
@@ -112,8 +113,9 @@ class _Stmt:
         self.final = self.store
         if comp.requant is not None:
             self.store = np.dtype(np.int32)
-        self.ctype = np.dtype(DTYPES[out.dtype].compute)
-        self.is_int = not DTYPES[out.dtype].is_float
+        self.is_int = computes_in_integers(comp, out.dtype)
+        # (a requantized float assignment, Requant.of_float, computes in float32)
+        self.ctype = np.dtype(DTYPES[out.dtype].compute if self.is_int or DTYPES[out.dtype].is_float else np.float32)
         self.red_dims = stats.reduction_dims(stack, comp)
         chains = stats.dim_chains(stack)
         # the last value of each reduction dimension at this statement (post fires there)
@@ -379,7 +381,8 @@ class InterpKernel(KernelBase):
             scale = self._bufs[rq.scale.access.buffer][flat].astype(np.float32)
         else:
             scale = np.float32(rq.scale.value)
-        y = np.rint(np.asarray(acc, np.int32).astype(np.float32) * scale)
+        value = np.asarray(acc, np.float32) if rq.of_float else np.asarray(acc, np.int32).astype(np.float32)
+        y = np.rint(value * scale)
         info = np.iinfo(stmt.final)
         return np.clip(y + np.float32(rq.zero_point), info.min, info.max).astype(stmt.final)
 

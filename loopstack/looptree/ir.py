@@ -297,13 +297,19 @@ class Requant:
     `acc` is the int32 value after `post`; `scale` (a Const, or a Load of a float32 buffer over
     output dimensions for per-channel scales) is multiplied in float32, once; the saturation is
     to the output buffer's dtype. The statement accumulates in int32 whatever its output's
-    dtype, so no partial sum is ever narrowed."""
+    dtype, so no partial sum is ever narrowed.
+
+    `of_float`: the statement is an assignment computed in float32 (ONNX QuantizeLinear: its
+    expression is x / y_scale), and `acc` is that float value, not converted from int32.
+
+        out = saturate(round_half_even(value * scale) + zero_point)"""
 
     scale: "Expr"
     zero_point: int = 0
+    of_float: bool = False
 
     def __str__(self) -> str:
-        return f"requant(* {self.scale} + {self.zero_point})"
+        return f"requant({'float ' if self.of_float else ''}* {self.scale} + {self.zero_point})"
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from .ir import (
 )
 from .stats import index_bounds
 
-__all__ = ["verify", "FLOAT_ONLY_UNARY"]
+__all__ = ["verify", "FLOAT_ONLY_UNARY", "computes_in_integers"]
 
 # unary ops with no integer meaning; an integer statement may not use them
 FLOAT_ONLY_UNARY = frozenset({"exp", "log", "sqrt", "reciprocal", "sigmoid", "tanh", "gelu", "erf"})
@@ -149,7 +149,7 @@ def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: d
         raise ScheduleError(f"{st} writes {comp.out}, but {out.name} is an input")
     if comp.out.zero_pad:
         raise ScheduleError(f"{st} writes {comp.out} with zero_pad; zero_pad is for reads only")
-    is_int = not DTYPES[out.dtype].is_float
+    is_int = computes_in_integers(comp, out.dtype)
 
     # operators and expression shapes
     if comp.reduce is not None and comp.reduce not in REDUCE_OPS:
@@ -225,6 +225,12 @@ def _check_compute(tree: LoopTree, stack: Sequence[Loop], comp: Compute, bufs: d
         _check_access(tree, stack, st, "reads", acc, bufs)
 
 
+def computes_in_integers(comp: Compute, out_dtype: str) -> bool:
+    """Whether `comp` computes in int32: its output is an integer, and it is no requantized float
+    assignment (Requant.of_float, a QuantizeLinear)."""
+    return not DTYPES[out_dtype].is_float and not (comp.requant is not None and comp.requant.of_float)
+
+
 def _check_integer_reads(comp: Compute, st: str, bufs: dict) -> None:
     """An integer statement reads integers: how a float would become one (truncate? round?
     saturate?) is no part of its meaning. Only a requantization's scale is a float."""
@@ -273,6 +279,9 @@ def _check_requant(comp: Compute, st: str, out, bufs: dict) -> None:
                             "sums cannot continue from the int8 values in the output")
     if not isinstance(rq.zero_point, int) or isinstance(rq.zero_point, bool):
         raise DTypeError(f"{st}: requant zero point {rq.zero_point!r} is not an integer")
+    if rq.of_float and (comp.reduce is not None or comp.post is not None):
+        raise ScheduleError(f"{st}: a requantized float value is an assignment (QuantizeLinear), not a "
+                            f"{comp.reduce or 'post-operated'} statement")
     info = DTYPES[out.dtype].np
     lo, hi = np.iinfo(info).min, np.iinfo(info).max
     if not lo <= rq.zero_point <= hi:

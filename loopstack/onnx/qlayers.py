@@ -163,26 +163,43 @@ class NativeOrHost:
             return self.host.compile_kernel(target)
 
 
+def _per_element_tree(name: str, x_dtype: str, y_dtype: str, shape: tuple, axis: int | None, params: dict,
+                      expr, requant=None) -> tuple[LoopTree, list]:
+    """(loop tree, constant inputs) of `y = expr(x, *params)` over `x` of `shape` (as stored):
+    each parameter a constant per tensor (`axis` None) or a 1-D constant input along the stored
+    axis `axis`, in the order of `params` ({name: value})."""
+    dims = [f"d{i}" for i in range(len(shape))]
+    bufs, consts, terms = [Buffer("x", x_dtype, tuple(shape), "input")], [], []
+    for pname, value in params.items():
+        if axis is None:
+            terms.append(Const(float(np.asarray(value).reshape(()))))
+            continue
+        bufs.append(Buffer(pname, "float32", (shape[axis],), "input", constant=True))
+        consts.append(np.ascontiguousarray(np.asarray(value, np.float32).reshape(-1)))
+        terms.append(Load(access(pname, dims[axis])))
+    bufs.append(Buffer("y", y_dtype, tuple(shape), "output"))
+    stmt = Compute(name, access("y", *dims), expr(Load(access("x", *dims)), *terms), requant=requant)
+    return make_tree(bufs, dict(zip(dims, shape)), nest([(d, 1) for d in dims], stmt)), consts
+
+
 def dequantize_tree(dtype: str, shape: tuple, scale, zero_point, axis: int | None) -> tuple[LoopTree, list]:
     """(loop tree, constant inputs) of `y = (x - zero_point) * scale` over an 8-bit `x` of
     `shape` (as stored): the scale and zero point per tensor (`axis` None: scalars) or along the
     stored axis `axis` (1-D arrays). x - zero_point is exact in float32 (both 8-bit), one
     rounding follows: onnxruntime's arithmetic, bit for bit."""
-    dims = [f"d{i}" for i in range(len(shape))]
-    bufs, consts = [Buffer("x", dtype, tuple(shape), "input")], []
+    return _per_element_tree("dequantize", dtype, "float32", shape, axis, {"zp": zero_point, "scale": scale},
+                             lambda x, zp, s: Binary("mul", Binary("sub", x, zp), s))
 
-    def param(name, value, dt):
-        if axis is None:
-            return Const(float(np.asarray(value).reshape(())))
-        bufs.append(Buffer(name, dt, (shape[axis],), "input", constant=True))
-        consts.append(np.ascontiguousarray(np.asarray(value, dt).reshape(-1)))
-        return Load(access(name, dims[axis]))
 
-    zp = param("zp", zero_point, "float32")
-    s = param("scale", scale, "float32")
-    bufs.append(Buffer("y", "float32", tuple(shape), "output"))
-    stmt = Compute("dequantize", access("y", *dims), Binary("mul", Binary("sub", Load(access("x", *dims)), zp), s))
-    return make_tree(bufs, dict(zip(dims, shape)), nest([(d, 1) for d in dims], stmt)), consts
+def quantize_tree(dtype: str, shape: tuple, scale, zero_point: int, axis: int | None) -> tuple[LoopTree, list]:
+    """(loop tree, constant inputs) of `y = saturate(round_half_even(x / scale) + zero_point)`
+    over a float32 `x` of `shape` (as stored) into `dtype` (int8 or uint8): the scale per tensor
+    (`axis` None) or along the stored axis `axis`, one zero point. The division is the
+    statement's float32 value, requantized as it is (Requant.of_float): onnxruntime's
+    arithmetic (MLAS divides, clamps in float, rounds to nearest even), bit for bit."""
+    return _per_element_tree("quantize", "float32", dtype, shape, axis, {"scale": scale},
+                             lambda x, s: Binary("div", x, s),
+                             requant=Requant(Const(1.0), int(zero_point), of_float=True))
 
 
 # ---------------------------------------------------------------------------- quantize / dequantize

@@ -289,3 +289,24 @@ def test_instruction_bytes_stop_before_the_literal_pool():
     assert len(code) < len(kernel.code)
     insns = list(Cs(CS_ARCH_ARM64, CS_MODE_ARM).disasm(code, 0))
     assert sum(i.size for i in insns) == len(code) and insns[-1].mnemonic == "ret"
+
+
+@pytest.mark.aarch64
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_a_requantized_float_quotient_on_neon(dtype):
+    """ONNX QuantizeLinear's statement (Requant.of_float) on whole vectors of lanes: numpy's
+    float32 arithmetic bit for bit; a lane tail of bytes is refused, and a network runs the
+    layer as its host step instead (onnx/qlayers.NativeOrHost)."""
+    from loopstack.errors import UnsupportedError
+    from loopstack.onnx.qlayers import quantize_tree
+
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(2)
+    s = rng.uniform(0.01, 0.05, 32).astype(np.float32)
+    x = (rng.standard_normal((3, 32)) * 4).astype(np.float32)
+    tree, consts = quantize_tree(dtype, (3, 32), s, 7, 1)
+    y = np.zeros((3, 32), dtype)
+    run_kernel(compile(tree, target="neon"), [x, *consts, y])
+    np.testing.assert_array_equal(y, np.clip(np.rint(x / s) + 7, info.min, info.max).astype(dtype))
+    with pytest.raises(UnsupportedError, match="tail"):
+        compile(quantize_tree(dtype, (3, 37), np.float32(0.02), 7, None)[0], target="neon")

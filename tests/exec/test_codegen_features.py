@@ -255,6 +255,42 @@ def test_float_statements_convert_integer_reads_in_vector_lanes(target, dtype, n
     np.testing.assert_array_equal(y, (x.astype(np.float32) - np.float32(3)) * s)
 
 
+@pytest.mark.parametrize("target", [t for t, need in (("avx2", "avx2"), ("avx512", "avx512f")) if need in FEATURES]
+                         + ["interp"])
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("n", [5, 16, 37, 100])
+def test_a_requantized_float_quotient_rounds_half_to_even_and_saturates(target, dtype, n):
+    """y = saturate(round_half_even(x / s) + zp) (ONNX QuantizeLinear, Requant.of_float), with
+    a per-column scale: ties, values past both bounds, vector tails; numpy's float32 arithmetic."""
+    from loopstack.onnx.qlayers import quantize_tree
+
+    info = np.iinfo(dtype)
+    zp = 3 if dtype == "int8" else 128
+    rng = np.random.default_rng(n)
+    s = rng.uniform(0.01, 0.05, n).astype(np.float32)
+    x = (rng.standard_normal((3, n)) * 4).astype(np.float32)
+    k = min(n, 6)
+    x[0, :k] = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 1000.0], np.float32)[:k] * s[:k]
+    tree, consts = quantize_tree(dtype, (3, n), s, zp, 1)
+    kernel = compile(tree, target=target)
+    y = np.zeros((3, n), dtype)
+    kernel(x, *consts, y)
+    np.testing.assert_array_equal(y, np.clip(np.rint(x / s) + zp, info.min, info.max).astype(dtype))
+
+
+def test_a_requantized_float_value_is_an_assignment():
+    from loopstack.errors import ScheduleError
+    from loopstack.looptree.builders import access, make_tree, nest
+    from loopstack.looptree.ir import Buffer, Compute, Const, Load, Requant
+
+    stmt = Compute("q", access("y"), Load(access("x", "i")), reduce="add", init="identity",
+                   requant=Requant(Const(1.0), 0, of_float=True))
+    tree = make_tree([Buffer("x", "float32", (8,), "input"), Buffer("y", "int8", (1,), "output")], {"i": 8},
+                     nest([("i", 1)], stmt))
+    with pytest.raises(ScheduleError, match="assignment"):
+        compile(tree, target="interp")
+
+
 # -- element-wise math ------------------------------------------------------------------
 
 @pytest.mark.parametrize("op", sorted(MATH))

@@ -388,9 +388,12 @@ def test_quantize_dequantize_match_onnxruntime(dt, per_axis, seed):
     got = compiled.run({"x": x})
     assert got["q"].dtype == want_q.dtype and np.array_equal(got["q"], want_q)
     assert np.array_equal(got["y"], want_y)
-    # DequantizeLinear is a kernel of its own on x86 (its float statement converts the bytes)
+    # both are kernels of their own on x86 (DequantizeLinear's float statement converts the bytes,
+    # QuantizeLinear's requantizes its float quotient), but a QuantizeLinear of several zero points
     (dq_layer,) = [L for L in compiled.layers if "DequantizeLinear" in L.name]
+    (q_layer,) = [L for L in compiled.layers if "QuantizeLinear" in L.name and "Dequantize" not in L.name]
     assert dq_layer.schedule == ("native" if cpu.is_x86_64() else "host")
+    assert q_layer.schedule == ("native" if cpu.is_x86_64() and np.unique(zp).size == 1 else "host")
 
 
 def test_unsupported_quantized_inputs_say_what():

@@ -131,19 +131,21 @@ def dot(em, acc: int, e, a: int, b: Val, shape: Shape) -> None:
 
 
 def requant(em, reg: int, stmt, static: dict, shape: Shape) -> None:
-    """saturate(round_half_even(float32(acc) * scale) + zero_point), clamped in float first."""
+    """saturate(round_half_even(float32(acc) * scale) + zero_point), clamped in float first; a
+    float value (Requant.of_float) as it is."""
     a = em.asm
     rq = stmt.requant
     v = em.vec(reg)
     info = np.iinfo(em.tree.buffer(stmt.out.buffer).dtype)
-    a.emit("scvtf", v, v)
+    if not rq.of_float:
+        a.emit("scvtf", v, v)
     t = em.regs.alloc()
     vt = _v(em, t).s4
     if isinstance(rq.scale, Load):
         s = em.load(rq.scale.access, static, shape, foldable=False)
         a.emit("fmul", v, v, em.vec(s.reg))
         em.free(s)
-    else:
+    elif float(rq.scale.value) != 1.0:      # (a QuantizeLinear divides in its expression)
         a.emit("ldr", _v(em, t).q, em.asm.const(np.full(4, rq.scale.value, np.float32), align=16))
         a.emit("fmul", v, v, vt)
     a.emit("ldr", _v(em, t).q, em.asm.const(np.full(4, info.min - rq.zero_point, np.float32), align=16))

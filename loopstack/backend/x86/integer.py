@@ -206,18 +206,20 @@ def dot(em, acc: int, e, a: int, b: Val, shape: Shape) -> None:
 
 def requant(em, reg: int, stmt, static: dict, shape: Shape) -> None:
     """saturate(round_half_even(float32(acc) * scale) + zero_point), clamped in float before the
-    conversion (as MLAS does: equal for integer bounds, and never out of int32's range)."""
+    conversion (as MLAS does: equal for integer bounds, and never out of int32's range); a float
+    value (Requant.of_float) as it is."""
     a = em.asm
     rq = stmt.requant
     v = em.v(reg, shape)
     info = np.iinfo(em.tree.buffer(stmt.out.buffer).dtype)
     bits = em.bits if shape.vector else 128
-    a.emit("vcvtdq2ps", v, v)
+    if not rq.of_float:
+        a.emit("vcvtdq2ps", v, v)
     if isinstance(rq.scale, Load):
         s = em.load(rq.scale.access, static, shape, foldable=False)
         a.emit("vmulps", v, v, em.v(s.reg, shape))
         em.free(s)
-    else:
+    elif float(rq.scale.value) != 1.0:      # (a QuantizeLinear divides in its expression)
         a.emit("vmulps", v, v, em.const(float(rq.scale.value)).with_bits(bits))
     a.emit("vmaxps", v, v, em.const(float(info.min - rq.zero_point)).with_bits(bits))
     a.emit("vminps", v, v, em.const(float(info.max - rq.zero_point)).with_bits(bits))

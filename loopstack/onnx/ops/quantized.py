@@ -14,7 +14,7 @@ from ...errors import ShapeError, UnsupportedError
 from ..graph import Layer
 from ..qlayers import (
     QUANTIZED, Epilogue, HostStep, NativeOrHost, conv_kernel, dequantize, dequantize_into, dequantize_tree,
-    matmul_kernel, per_axis, quantize, quantize_into,
+    matmul_kernel, per_axis, quantize, quantize_into, quantize_tree,
 )
 from ..registry import converter
 from ..values import Dyn, is_const, norm_axis
@@ -316,7 +316,11 @@ def quantize_linear(ctx, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, b
     z = np.asarray(0 if y_zero_point is None else per_axis(y_zero_point, shape, ax, block_size, "zero point"),
                    np.float32)
     lo, hi = (float(v) for v in (np.iinfo(dt).min, np.iinfo(dt).max))
-    return _elementwise_host(ctx, x, lambda a, out: quantize_into(a, s, z, lo, hi, out), dt, per_tensor)
+    native = None
+    if dt in QUANTIZED and not block_size and np.unique(z).size == 1:   # Requant: one zero point
+        def native(held, layout):
+            return quantize_tree(dt, held, s, int(z.reshape(-1)[0]), None if per_tensor else list(layout).index(ax))
+    return _elementwise_host(ctx, x, lambda a, out: quantize_into(a, s, z, lo, hi, out), dt, per_tensor, native)
 
 
 @converter("DequantizeLinear", *versions("DequantizeLinear", 10), const=(1, 2), fold=_dequantize_fold, integer=True)
