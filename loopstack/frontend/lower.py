@@ -245,8 +245,15 @@ def size_buffers(ctx: Ctx):
         k = 0
         while all(len(p) > k for p in paths) and len({p[k] for p in paths}) == 1:
             k += 1
-        scope = paths[0][:k]
         layout = list(t.node_schedule(b).layout) if n.op != "flatten" else list(n.vars)
+        # a shared loop over another variable than the buffer's (a flatten's source variable b of
+        # b_c = 17 b + c) has its writer write part of the buffer per iteration while a reader
+        # reads it whole: a dimension may shrink only at the shared loops outside the first such
+        # loop (inside it, one buffer row would hold rows of several iterations of the loops
+        # between)
+        scope = paths[0][:k]
+        foreign = next((j for j, L in enumerate(scope) if t.items[L].entry[0] not in layout), len(scope))
+        scope = scope[:foreign]
         shape, offs = [], {}
         for v in layout:
             ls = [L for L in scope if t.items[L].entry[0] == v]

@@ -129,3 +129,22 @@ def test_a_parallel_kernel_runs_in_a_forked_child():
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     pytest.fail("the forked child hung running a parallel kernel")
+
+
+def test_an_intermediate_is_not_shrunk_inside_a_loop_over_another_variable():
+    """Fuzz case 496 at seed 30: a flatten writes t1[a, 17 b + c] under `for a / for b / for a'`
+    and an add reads t1[a, all b_c] in every iteration of b. Shrunk to one row at a' (inside the
+    loop over b), the row held parts of three rows at once; the buffer keeps the rows of a's
+    outer loop (3), and every target computes numpy's result."""
+    from loopstack.frontend import run as _run
+
+    name, T, ref, tree, _ = fuzz.build_case(30, 496)
+    T.set(tree)
+    for target in ("interp", default_target()):
+        kernel, reads, (shape, dt) = _run.compiled(T, target)
+        (temp,) = [b for b in kernel.lowered.buffers if b.kind == "temp"] if target != "interp" else \
+            [b for b in kernel.tree.buffers if b.kind == "temp"]
+        assert temp.shape == (3, 102), temp
+        out = np.zeros(shape, dt)
+        kernel(*[r.data for r in reads], out)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
