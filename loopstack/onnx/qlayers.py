@@ -82,10 +82,14 @@ def parallel_contraction(tree: LoopTree) -> LoopTree:
         stmts = [s for s in statements(node) if s.reduce]
         if not (isinstance(node, Loop) and stmts) or node.dim not in stmts[0].out.names():
             continue
-        if tree.dim_size(node.dim) < 2 * node.step or flops(LoopTree(tree.buffers, tree.dims, (node,))) < AWAKE_PARALLEL_MIN_FLOPS:
-            continue
-        body[i] = replace(node, annotations=frozenset(node.annotations) | {"parallel"})
+        large = flops(LoopTree(tree.buffers, tree.dims, (node,))) >= AWAKE_PARALLEL_MIN_FLOPS
+        if large and tree.dim_size(node.dim) >= 2 * node.step:
+            body[i] = _parallel(node)
     return LoopTree(tree.buffers, tree.dims, tuple(body))
+
+
+def _parallel(node: Loop) -> Loop:
+    return replace(node, annotations=frozenset(node.annotations) | {"parallel"})
 
 
 def requant_apart(tree: LoopTree) -> LoopTree:
@@ -152,10 +156,10 @@ class NativeOrHost:
 
         tree = self.tree
         (out,) = tree.outputs
-        if get_target(target, check=False).cores > 1 and int(np.prod(out.shape)) >= AWAKE_PARALLEL_MIN_ELEMENTS:
-            first = tree.body[0]
-            if tree.dim_size(first.dim) >= 2:      # a network's threads split it (onnx/model.py)
-                tree = LoopTree(tree.buffers, tree.dims, (replace(first, annotations=first.annotations | {"parallel"}),))
+        first = tree.body[0]        # (the trees have no loops over dimensions of one element)
+        if (get_target(target, check=False).cores > 1 and int(np.prod(out.shape)) >= AWAKE_PARALLEL_MIN_ELEMENTS
+                and isinstance(first, Loop)):       # a network's threads split it (onnx/model.py)
+            tree = LoopTree(tree.buffers, tree.dims, (_parallel(first),))
         try:
             return compile_tree(tree, target), self.args, "native"
         except UnsupportedError as e:
@@ -169,6 +173,9 @@ def _per_element_tree(name: str, x_dtype: str, y_dtype: str, shape: tuple, axis:
     each parameter a constant per tensor (`axis` None) or a 1-D constant input along the stored
     axis `axis`, in the order of `params` ({name: value})."""
     dims = [f"d{i}" for i in range(len(shape))]
+    # a dimension of one element is indexed by 0, with no loop: the outermost loop is one that
+    # iterates (the one a network's threads split)
+    index = [d if n > 1 else Affine() for d, n in zip(dims, shape)]
     bufs, consts, terms = [Buffer("x", x_dtype, tuple(shape), "input")], [], []
     for pname, value in params.items():
         if axis is None:
@@ -176,10 +183,12 @@ def _per_element_tree(name: str, x_dtype: str, y_dtype: str, shape: tuple, axis:
             continue
         bufs.append(Buffer(pname, "float32", (shape[axis],), "input", constant=True))
         consts.append(np.ascontiguousarray(np.asarray(value, np.float32).reshape(-1)))
-        terms.append(Load(access(pname, dims[axis])))
+        terms.append(Load(access(pname, index[axis])))
     bufs.append(Buffer("y", y_dtype, tuple(shape), "output"))
-    stmt = Compute(name, access("y", *dims), expr(Load(access("x", *dims)), *terms), requant=requant)
-    return make_tree(bufs, dict(zip(dims, shape)), nest([(d, 1) for d in dims], stmt)), consts
+    stmt = Compute(name, access("y", *index), expr(Load(access("x", *index)), *terms), requant=requant)
+    loops = [(d, 1) for d, n in zip(dims, shape) if n > 1]
+    sizes = {d: n for d, n in zip(dims, shape) if n > 1}
+    return make_tree(bufs, sizes, nest(loops, stmt)), consts
 
 
 def dequantize_tree(dtype: str, shape: tuple, scale, zero_point, axis: int | None) -> tuple[LoopTree, list]:
