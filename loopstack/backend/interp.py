@@ -114,8 +114,9 @@ class _Stmt:
         if comp.requant is not None:
             self.store = np.dtype(np.int32)
         self.is_int = computes_in_integers(comp, out.dtype)
-        # (a requantized float assignment, Requant.of_float, computes in float32)
-        self.ctype = np.dtype(DTYPES[out.dtype].compute if self.is_int or DTYPES[out.dtype].is_float else np.float32)
+        # a requantized float assignment (Requant.of_float) writes an integer but computes in float32
+        float_into_int = not self.is_int and not DTYPES[out.dtype].is_float
+        self.ctype = np.dtype(np.float32 if float_into_int else DTYPES[out.dtype].compute)
         self.red_dims = stats.reduction_dims(stack, comp)
         chains = stats.dim_chains(stack)
         # the last value of each reduction dimension at this statement (post fires there)

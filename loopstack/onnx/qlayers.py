@@ -142,9 +142,10 @@ class HostStep:
 
 @dataclass(eq=False)
 class NativeOrHost:
-    """An element-wise layer given as a loop tree that compiles where the target's code converts
-    integer reads to float (x86), and runs as its host step elsewhere (AArch64: the compile says
-    why, and the host step computes the same)."""
+    """An element-wise layer (a QuantizeLinear, a DequantizeLinear) given as a loop tree that runs
+    as a kernel where the target compiles it, and as its host step elsewhere (AArch64 converts no
+    integer reads in a float statement, nor stores a byte tail: the compile says why, and the host
+    step computes the same)."""
     tree: LoopTree
     args: list
     host: HostStep

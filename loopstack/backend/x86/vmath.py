@@ -82,9 +82,7 @@ def _exp(c, d, x):
     c.emit("vcvtdq2ps", c.r(n), c.r(i))
     c.emit("vfnmadd231ps", c.r(d), c.r(n), c.c(LN2_HI))   # r = x - n ln2, in two parts
     c.emit("vfnmadd231ps", c.r(d), c.r(n), c.c(LN2_LO))
-    c.emit("vmovups", c.r(n), c.c(EXP_POLY[7]))
-    for coeff in reversed(EXP_POLY[:7]):
-        c.emit("vfmadd213ps", c.r(n), c.r(d), c.c(coeff))
+    _horner(c, n, d, EXP_POLY)
     # 2^n as 2^h * 2^(n-h), h = n >> 1: h added to p's exponent field, 2^(n-h) built as a float
     # and multiplied in, so that the product overflows to inf and underflows gradually
     c.emit("vpsrad", c.r(d), c.r(i), 1)
@@ -95,6 +93,13 @@ def _exp(c, d, x):
     c.emit("vpaddd", c.r(i), c.r(i), c.cb(0x3F800000))
     c.emit("vmulps", c.r(d), c.r(n), c.r(i))
     c.free(n, i)
+
+
+def _horner(c, acc, x, coeffs) -> None:
+    """acc = the polynomial of `coeffs` (lowest degree first) at x."""
+    c.emit("vmovups", c.r(acc), c.c(coeffs[-1]))
+    for coeff in reversed(coeffs[:-1]):
+        c.emit("vfmadd213ps", c.r(acc), c.r(x), c.c(coeff))
 
 
 def _log(c, d, x):
@@ -108,9 +113,7 @@ def _log(c, d, x):
     c.emit("vsubps", c.r(m), c.r(m), c.c(1.0))
     c.emit("vdivps", c.r(t), c.r(m), c.r(t))             # t = (m-1)/(m+1) in [0, 1/3)
     c.emit("vmulps", c.r(m), c.r(t), c.r(t))
-    c.emit("vmovups", c.r(p), c.c(LOG_SERIES[-1]))
-    for coeff in reversed(LOG_SERIES[:-1]):
-        c.emit("vfmadd213ps", c.r(p), c.r(m), c.c(coeff))
+    _horner(c, p, m, LOG_SERIES)
     c.emit("vmulps", c.r(p), c.r(p), c.r(t))
     c.emit("vaddps", c.r(p), c.r(p), c.r(p))             # log m = 2 atanh(t)
     c.emit("vfmadd231ps", c.r(p), c.r(ex), c.c(math.log(2)))
@@ -152,10 +155,8 @@ def _erf(c, d, x):
     c.emit("vminps", c.r(d), c.r(x), c.c(ERF_CLAMP))
     c.emit("vmaxps", c.r(d), c.r(d), c.c(-ERF_CLAMP))
     c.emit("vmulps", c.r(t), c.r(d), c.r(d))
-    for r, coeffs in ((p, ERF_P), (q, ERF_Q)):          # Horner in t = x^2
-        c.emit("vmovups", c.r(r), c.c(coeffs[-1]))
-        for coeff in reversed(coeffs[:-1]):
-            c.emit("vfmadd213ps", c.r(r), c.r(t), c.c(coeff))
+    _horner(c, p, t, ERF_P)                             # in t = x^2
+    _horner(c, q, t, ERF_Q)
     c.emit("vmulps", c.r(p), c.r(p), c.r(d))
     c.emit("vdivps", c.r(d), c.r(p), c.r(q))
     c.free(t, p, q)
