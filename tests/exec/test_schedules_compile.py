@@ -142,8 +142,7 @@ def test_an_intermediate_is_not_shrunk_inside_a_loop_over_another_variable():
     T.set(tree)
     for target in ("interp", default_target()):
         kernel, reads, (shape, dt) = _run.compiled(T, target)
-        (temp,) = [b for b in kernel.lowered.buffers if b.kind == "temp"] if target != "interp" else \
-            [b for b in kernel.tree.buffers if b.kind == "temp"]
+        (temp,) = [b for b in kernel.tree.buffers if b.kind == "temp"]
         assert temp.shape == (3, 102), temp
         out = np.zeros(shape, dt)
         kernel(*[r.data for r in reads], out)
