@@ -10,8 +10,10 @@ thread whatever the split.
 
 On x86-64 Linux the team's workers live in machine code (backend/x86/team.py): a call hands
 the whole job over with one store per worker and returns when every thread passed the last
-barrier; between calls a worker spins briefly, then sleeps in futex. Elsewhere a
-ThreadPoolExecutor runs each parallel step's chunks (portable, with a wake-up per step).
+barrier; between calls a worker spins briefly, then sleeps in futex, and a worker that wakes
+too late for a step leaves its chunk to the caller (it joins the call at a later step).
+Elsewhere a ThreadPoolExecutor runs each parallel step's chunks (portable, with a wake-up per
+step).
 
 The team belongs to the process that made it: a forked child (the tuner's measuring workers)
 inherits its memory without its threads, and makes a team of its own when it needs one. A
@@ -124,19 +126,26 @@ class Job:
     def _encode(self, calls) -> None:
         """The job's words; `calls`: the call each step belongs to."""
         from ..isa.execmem import ffi
+        from .x86 import team as code
 
         words = [self.threads, len(self.chunks)]
         alone = [all(start >= end for _, start, end in chunks[1:]) for _, chunks in self.chunks]
         everyone = [self.threads > 1 and all(c[1:] == chunks[0][1:] and c[1] < c[2] for c in chunks)
                     for _, chunks in self.chunks]
+        copied = set()                  # calls with a step of copies into each thread's temps
         for k, (func, chunks) in enumerate(self.chunks):
+            # a worker may start the call here: it has not missed a copy the step reads
+            join = 0 if calls[k] in copied else code.JOIN_POINT
+            if everyone[k]:
+                copied.add(calls[k])
             # no barrier between two steps that thread 0 runs alone, nor after a copy every
             # thread makes into its own temps when the next step is of the same call: no
             # thread reads what another wrote in it, and the call's input it reads is not
             # written before the call's last barrier
             barrier = k + 1 == len(self.chunks) or not (
                 alone[k] and alone[k + 1] or everyone[k] and calls[k] == calls[k + 1])
-            words += [int(ffi.cast("uintptr_t", func)), int(barrier)]
+            flags = (code.BARRIER if barrier else 0) | (code.OWN_COPIES if everyone[k] else 0) | join
+            words += [int(ffi.cast("uintptr_t", func)), flags]
             for cdata, start, end in chunks:
                 words += [int(ffi.cast("uintptr_t", cdata)), start, end]
         self.words = np.array(words, np.int64)

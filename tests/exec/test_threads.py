@@ -277,3 +277,52 @@ def test_two_first_parallel_calls_at_once_make_one_team(monkeypatch):
                 c.join()
         _with_deadline(both)
         assert len(threads._TEAMS) == made + 1
+
+
+@pytest.mark.parametrize("name", ["MLP-8x1024", "CONV-2"])
+def test_a_worker_too_late_to_join_leaves_its_chunks_to_the_caller(monkeypatch, name):
+    """A worker that has not claimed a call by a barrier (asleep: a core's wake-up takes
+    0.5-1.5 ms on a virtual machine) is left out of the step before it: the caller runs its
+    chunk with its own pointer block (CONV-2: not the padding copy, which it has made itself)
+    instead of waiting. Here the worker starts only after three calls; once running, it joins."""
+    from loopstack.backend.x86 import team as code
+
+    if not isinstance(threads.team(), threads.NativeTeam):
+        pytest.skip("the portable team has no late workers (not x86-64 Linux)")
+    team = threads.NativeTeam()
+    threads._TEAMS.append(team)                 # its memory outlives the worker started below
+    monkeypatch.setattr(threads, "_TEAM", team)
+    team._started = 2                           # a worker 1 that is not running yet
+    kernel, inputs, shape = _kernel(name)
+    want = _serial(kernel, inputs, shape)
+    kernel.threads = 2
+    taken = (code.FIRST + code.SLOT + code.TAKEN) // 8     # the last barrier it was left out at
+    arrived = (code.FIRST + code.SLOT + code.ARRIVED) // 8
+    out = empty_aligned(shape, np.float32)
+
+    def calls():
+        for _ in range(3):
+            out[...] = 0
+            epoch = int(team._memory[code.EPOCH // 8])
+            kernel(*inputs, out)
+            np.testing.assert_array_equal(out, want)
+            assert team._memory[taken] > epoch          # left out of this very call
+        team._started = 1
+        team._grow(2)
+        deadline = time.perf_counter() + 10
+        while team._memory[arrived] == 0:           # it finds the last call done without it
+            assert time.perf_counter() < deadline, "the worker never ran"
+            time.sleep(0.001)
+        for _ in range(20):
+            out[...] = 0
+            kernel(*inputs, out)
+            np.testing.assert_array_equal(out, want)
+        for _ in range(1000):                       # running, it joins (unless descheduled)
+            epoch = int(team._memory[code.EPOCH // 8])
+            kernel(*inputs, out)
+            if team._memory[taken] < epoch:
+                assert team._memory[arrived] > epoch    # it ran the call's steps
+                break
+        else:
+            raise AssertionError("the running worker never joined a call")
+    _with_deadline(calls)

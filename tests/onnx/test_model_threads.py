@@ -61,8 +61,10 @@ def test_a_model_for_one_thread_schedules_for_one_core():
 def test_a_networks_job_meets_at_barriers_only_where_another_thread_works():
     """Job.chain: between two steps thread 0 runs alone there is no barrier, nor after a copy
     every thread makes into its own temps before a step of the same call; every other step a
-    worker takes part in has one after it, and so has the last."""
+    worker takes part in has one after it, and so has the last. The copies are flagged: the
+    chunks of a worker too late to join are run by thread 0, except those."""
     from loopstack.backend.threads import EVERY_THREAD, Job
+    from loopstack.backend.x86 import team as code
 
     class Block:
         cdata = 0
@@ -76,7 +78,52 @@ def test_a_networks_job_meets_at_barriers_only_where_another_thread_works():
     for _ in range(steps):
         barriers.append(words[at + 1])
         at += 2 + 3 * 2
-    assert barriers == [0, 1, 1, 0, 1, 0, 1, 1, 1]
+    assert [f & code.BARRIER for f in barriers] == [0, 1, 1, 0, 1, 0, 1, 1, 1]
+    # the steps each thread runs whole into its own temps: not to be run for a late worker
+    assert [bool(f & code.OWN_COPIES) for f in barriers] == [0, 0, 0, 0, 0, 1, 0, 1, 0]
+    # a late worker may start anywhere but after a copy of its own call that it did not make
+    assert [bool(f & code.JOIN_POINT) for f in barriers] == [1, 1, 1, 1, 1, 1, 0, 1, 1]
+
+
+def test_workers_that_wake_late_join_a_network_mid_run_and_the_answer_stays_the_same():
+    """Workers that sleep between runs (a spin budget of ~1 us) and are woken by each run: each
+    claims the run at whatever step its core's wake-up brings it to (the main thread has run
+    its chunks before that), waits out the steps that read copies it did not make, or finds the
+    run over. Runs after pauses of 0-3 ms, on 2 and 3 threads: every answer bit-identical to one
+    thread's, and the workers took part in some runs and were left out of some steps."""
+    import time
+
+    from loopstack.backend import threads
+    from loopstack.backend.x86 import team as code
+
+    m = models.mobilenet_v3_small(resolution=96)
+    model = lt.onnx.compile(m, threads=2)
+    x = _input(m)
+    model.threads = 1
+    want = model(x)
+    model.threads = 2
+    model(x)
+    team = threads.team()
+    if not isinstance(team, threads.NativeTeam):
+        import pytest
+        pytest.skip("the portable team has no late workers (not x86-64 Linux)")
+    budget = team._memory[code.BUDGET // 8]
+    team._memory[code.BUDGET // 8] = 1 << 11
+    rng = np.random.default_rng(0)
+    joined = left_out = 0
+    try:
+        for threads_now in (2, 3):
+            model.threads = threads_now
+            for _ in range(60):
+                time.sleep(rng.uniform(0, 0.003))
+                epoch = int(team._memory[code.EPOCH // 8])
+                np.testing.assert_array_equal(model(x), want)
+                worker = code.FIRST + code.SLOT
+                joined += team._memory[(worker + code.ARRIVED) // 8] > epoch
+                left_out += team._memory[(worker + code.TAKEN) // 8] > epoch
+    finally:
+        team._memory[code.BUDGET // 8] = budget
+    assert joined and left_out, (joined, left_out)
 
 
 def test_a_resnets_small_weight_layers_split_their_rows_and_match_one_thread_bit_for_bit():
@@ -106,3 +153,16 @@ def test_a_resnets_small_weight_layers_split_their_rows_and_match_one_thread_bit
     for n in (1, 3):
         model.threads = n
         assert np.array_equal(model(x), want), n
+
+
+def test_a_batch_one_dense_layer_splits_its_columns_evenly_between_two_threads():
+    """A dense layer of one row splits its vector panels between the threads; its panels are as
+    wide as shares them evenly (MLP 784 -> 512: 4-vector panels, not 6-vector ones that split
+    288 | 224 columns and leave the layer as slow as its larger half)."""
+    model = lt.onnx.compile(models.mlp(), threads=2)
+    for L, call in model._calls[:2]:            # 784 -> 512 and 512 -> 512
+        lowered = L.kernel.lowered
+        outer = next(node for node in lowered.body if "parallel" in getattr(node, "annotations", ()))
+        assert outer.dim == "k_1" and lowered.dim_size("k_1") % outer.step == 0, outer
+        (lo, mid), (_, hi) = [chunk[1:] for chunk in call.job.chunks[-1][1]]
+        assert lo == 0 and mid - lo == hi - mid, (lo, mid, hi)

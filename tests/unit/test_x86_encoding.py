@@ -51,6 +51,7 @@ def check_iced(mnemonic: str, ops: tuple, data: bytes, prefix: str | None = None
     text = iced.Formatter(iced.FormatterSyntax.INTEL).format(ins)
     want = mnemonic.replace("{vex} ", "")
     assert _MNEM[ins.mnemonic] == want, f"{data.hex()}: iced says {text!r}, wanted {mnemonic}"
+    assert ins.has_lock_prefix == (data[0] == 0xF0), f"{data.hex()}: iced says {text!r}"
     code = _CODE[ins.code]
     if prefix == "vex":
         assert code.startswith("VEX_"), (code, text)
@@ -118,6 +119,8 @@ def check_capstone(mnemonic: str, ops: tuple, data: bytes):
     assert sum(i.size for i in insns) == len(data), f"capstone stops early on {data.hex()}"
     (ins,) = insns
     got = ins.mnemonic
+    if data[0] == 0xF0:                     # a LOCKed form (cmpxchg): capstone names the prefix
+        got = got.removeprefix("lock ")
     ok = got == mnemonic or (mnemonic == "mov" and got == "movabs") or (
         mnemonic.startswith("vcmp") and got.startswith("vcmp") and got.endswith(mnemonic[-2:]))
     assert ok, f"{data.hex()}: capstone says {got} {ins.op_str}, wanted {mnemonic}"

@@ -120,10 +120,12 @@ _ROWS: list[tuple[str, ...]] = [
     ("cpuid",      "",                  "0F A2",              "ZO",  "X64"),
     ("xgetbv",     "",                  "0F 01 D0",           "ZO",  "XSAVE"),
     ("rdtsc",      "",                  "0F 31",              "ZO",  "X64"),
-    # --- threads: spin-waits, an atomic exchange (a full barrier), futex system calls --------
+    # --- threads: spin-waits, atomic exchanges (full barriers), futex system calls --------
     ("pause",      "",                  "F3 90",              "ZO",  "X64"),
     ("xchg",       "r/m64, r64",        "REX.W 87 /r",        "MR",  "X64"),
     ("xchg",       "r/m32, r32",        "87 /r",              "MR",  "X64"),
+    # always LOCKed: its one use is an atomic compare-and-exchange with memory
+    ("cmpxchg",    "m64, r64",          "REX.W F0 0F B1 /r",  "MR",  "X64"),
     ("syscall",    "",                  "0F 05",              "ZO",  "X64"),
     ("prefetchnta", "m8",               "0F 18 /0",           "M",   "SSE"),
     ("prefetcht0", "m8",                "0F 18 /1",           "M",   "SSE"),
@@ -537,7 +539,7 @@ class Form:
     imm: int                  # immediate bytes (is4 counts as one)
     rel: int                  # branch displacement bytes (1 or 4), 0 otherwise
     rex: int                  # legacy: 0x48 for REX.W, else 0
-    mandatory: bytes          # legacy mandatory prefix (66/F2/F3), usually empty
+    mandatory: bytes          # legacy mandatory prefix (66/F2/F3; F0: LOCK), usually empty
     byte_regs: bool           # legacy: a slot is r8, so spl/bpl/sil/dil force a REX prefix
     L: int                    # VEX.L / EVEX.L'L (LIG -> 0)
     pp: int                   # implied prefix: 0 none, 1 66, 2 F3, 3 F2
@@ -659,7 +661,7 @@ def parse_form(row: tuple[str, ...]) -> Form:
         if toks[0] == "REX.W":
             rex = 0x48
             toks.pop(0)
-        while len(toks) > 1 and toks[0] in ("66", "F2", "F3") and toks[1] in ("REX.W", "0F"):
+        while len(toks) > 1 and toks[0] in ("66", "F2", "F3", "F0") and toks[1] in ("REX.W", "0F"):
             mandatory += bytes.fromhex(toks.pop(0))
     for t in toks:
         if re.fullmatch(r"[0-9A-F]{2}", t):
