@@ -40,7 +40,19 @@ class ByteMap:
 
 
 def byte_map(tree: LoopTree, access: Access) -> ByteMap:
+    """The access as bytes, over its buffer's layout in `tree`. Kept on the access with the
+    buffer it was made for (as ir._derived keeps facts): the rewrites' vector plans, the walk's
+    plans, streams and addresses of every segment, and the prefetch plans all ask for it."""
     buf = tree.buffer(access.buffer)
+    kept = access.__dict__.get("_byte_map")
+    if kept is not None and kept[0] is buf:
+        return kept[1]
+    bm = _byte_map(access, buf)
+    access.__dict__["_byte_map"] = (buf, bm)
+    return bm
+
+
+def _byte_map(access: Access, buf) -> ByteMap:
     item = _dtype(buf.dtype).itemsize
     acc: dict[str, int] = {}
     const = 0
@@ -128,9 +140,24 @@ def vector_plan(tree: LoopTree, loop: Loop, byte_map=byte_map, integers: bool = 
     `byte_map` may be a caching replacement taking (tree, access). `integers`: the code
     generator vectorises integer statements too (see _integer_plan); otherwise only
     floating-point and tensorized (Dot) statements are. `byte_lanes` (when it cannot mask
-    8-bit vectors): the lanes of a vector, which a sum over 8-bit operands must fill whole."""
+    8-bit vectors): the lanes of a vector, which a sum over 8-bit operands must fill whole.
+
+    An innermost loop's answer is kept on it, per tree buffers and arguments (as ir._derived
+    keeps facts): split_init_post and the walk of its segment both ask."""
     if loop.step != 1 or not loop.body or not all(isinstance(n, Compute) for n in loop.body):
         return None
+    buffers = tree.buffers                # what the answer reads of the tree: dtypes and layouts
+    kept = loop.__dict__.setdefault("_vector_plans", {})
+    hit = kept.get((integers, byte_lanes))
+    if hit is not None and hit[0] is buffers:
+        return None if hit[1] is None else VectorPlan(loop, hit[1])
+    plan = _vector_plan(tree, loop, byte_map, integers, byte_lanes)
+    # the plan's direction, not the plan: a plan names its loop, and the loop would hold itself
+    kept[(integers, byte_lanes)] = (buffers, None if plan is None else plan.along_output)
+    return plan
+
+
+def _vector_plan(tree: LoopTree, loop: Loop, byte_map, integers: bool, byte_lanes: int) -> VectorPlan | None:
     if len(loop.body) > 1 and any(n.reduce is not None for n in loop.body):
         return None
     if len(loop.body) == 1 and isinstance(loop.body[0].expr, Dot):
@@ -295,20 +322,27 @@ def subtree_size(tree: LoopTree, node, ranges: dict[str, int], lanes: int, plan=
 
 def perfect_statement(loop: Loop) -> Compute | None:
     """The single statement below `loop` when the subtree is one chain of loops."""
-    node = loop
-    while isinstance(node, Loop):
-        if len(node.body) != 1:
-            return None
-        node = node.body[0]
-    return node
+    return chain_of(loop)[1]
 
 
-def chain_below(loop: Loop) -> list[Loop]:
-    out, node = [], loop
-    while isinstance(node, Loop):
-        out.append(node)
-        node = node.body[0]
-    return out
+def chain_below(loop: Loop) -> tuple[Loop, ...]:
+    """`loop` and the loops down its first children."""
+    return chain_of(loop)[0]
+
+
+def chain_of(loop: Loop) -> tuple:
+    """(chain_below, perfect_statement) of `loop`, kept on it (as ir._derived keeps facts): the
+    rewrites and the walk ask for them at every loop of a nest, each a suffix of its parent's."""
+    kept = loop.__dict__.get("_chain")
+    if kept is None:
+        first = loop.body[0] if loop.body else None
+        if isinstance(first, Loop):
+            below, stmt = chain_of(first)
+            kept = ((loop, *below), stmt if len(loop.body) == 1 else None)
+        else:
+            kept = ((loop,), first if len(loop.body) == 1 else None)
+        loop.__dict__["_chain"] = kept
+    return kept
 
 
 def block_footprint(tree: LoopTree, loop: Loop, stmt: Compute, ranges: dict[str, int],

@@ -341,7 +341,8 @@ class Emitter:
         instance, fused into two loops that key each read once (the most common region of all).
         Emits what count_loads and accumulate would, instance by instance; False (nothing done)
         for any other region. Called with the load cache just emptied and no store in the region,
-        so every read is at version 0."""
+        so every read is at version 0, and nothing pinned: within it, only an instance's first
+        read is ever pinned, while its second is read."""
         e = stmt.expr
         if (type(e) is not Binary or e.op != "mul" or stmt.reduce != "add" or type(e.a) is not Load
                 or type(e.b) is not Load or self.int or not DTYPES[self.tree.buffer(stmt.out.buffer).dtype].is_float):
@@ -370,21 +371,23 @@ class Emitter:
                 owned = left <= 0
                 if not owned:
                     cache[ka] = a
-            elif left <= 0 and a not in pinned:
+            elif left <= 0:
                 del cache[ka]
                 owned = True
             else:
                 owned = False
-            pinned[a] = pinned.get(a, 0) + 1
             left = uses.get(kb, 1) - 1
             uses[kb] = left
             b = cache.get(kb)
             if b is not None:       # a cached register: the common case, without a Val
-                free_b = left <= 0 and b not in pinned
+                free_b = left <= 0 and b != a       # (a is b where both reads are one value)
                 if free_b:
                     del cache[kb]
                 fma_reg(acc, a, b, shape)
             else:
+                # only reading b may evict (keep_in_memory, alloc_for, an AVX2 tail's mask): a
+                # is pinned while it is read, as load(foldable=True) under eval's pin of a
+                pinned[a] = 1
                 free_b = False
                 m = memory(pb, kb[1])
                 operand = None
@@ -400,10 +403,6 @@ class Emitter:
                     else:
                         free_b = True
                     fma_reg(acc, a, b, shape)
-            n = pinned[a] - 1
-            if n > 0:
-                pinned[a] = n
-            else:
                 del pinned[a]
             if owned:
                 release(a)
@@ -437,7 +436,6 @@ class Emitter:
     def _run_keys(self, accesses: tuple, instances: list) -> list:
         """count_loads for a run of instances that read `accesses` with nothing stored between:
         each instance's load keys (in the order of `accesses`), every read at version 0."""
-        uses = self.regs.uses
         keys = []
         # per shape (a run has one or two: full vectors and a tail), each access's load form as
         # what varies with the point and the key's fixed tail: (kind, lanes, dtype, version, int)
@@ -449,20 +447,15 @@ class Emitter:
                 for acc in accesses:
                     form = self._forms.get((id(acc), id(shape))) or self._load_form(acc, shape)
                     parts.append((form[0], form[1], form[2], form[3], form[4], (*form[5:8], 0, self.int)))
-            own = []
-            for num, const, names, factors, zeros, tail in parts:
-                key = (num, const + sum(map(mul, factors, map(static.get, names, zeros)))) + tail
-                own.append(key)
-                uses[key] = uses.get(key, 0) + 1
-            keys.append(own)
-        self.regs.defer_positions(keys)     # note_use's positions, if the register file fills up
+            at = static.get
+            keys.append([(num, const + sum(map(mul, factors, map(at, names, zeros)))) + tail
+                         for num, const, names, factors, zeros, tail in parts])
+        self.regs.note_uses(keys)
         return keys
 
     def _pair_keys(self, ea: Access, eb: Access, instances: list) -> list:
         """_run_keys for fma_run's two reads, unrolled: a run's instances mostly share one shape,
         so its load forms are looked up when the shape changes."""
-        uses = self.regs.uses
-        get = uses.get
         keys = []
         append = keys.append
         last = None
@@ -476,12 +469,9 @@ class Emitter:
                 nb, cb, names_b, factors_b, zeros_b = fb[:5]
                 tail_a, tail_b = (*fa[5:8], 0, self.int), (*fb[5:8], 0, self.int)
             at = ins[1].get
-            ka = (na, ca + sum(map(mul, factors_a, map(at, names_a, zeros_a)))) + tail_a
-            uses[ka] = get(ka, 0) + 1
-            kb = (nb, cb + sum(map(mul, factors_b, map(at, names_b, zeros_b)))) + tail_b
-            uses[kb] = get(kb, 0) + 1
-            append((ka, kb))
-        self.regs.defer_positions(keys)     # note_use's positions, if the register file fills up
+            append(((na, ca + sum(map(mul, factors_a, map(at, names_a, zeros_a)))) + tail_a,
+                    (nb, cb + sum(map(mul, factors_b, map(at, names_b, zeros_b)))) + tail_b))
+        self.regs.note_uses(keys)
         return keys
 
     def _read(self, key: tuple, pointer, shape: Shape) -> tuple[int, bool]:

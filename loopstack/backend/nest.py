@@ -181,7 +181,7 @@ class SegmentCompiler:
         """vector_plan, once per loop of this segment."""
         key = id(lp)
         if key not in self._plans:
-            self._plans[key] = self._vector_plan(tree, lp, lambda t, a: self.em.bytemap(a))
+            self._plans[key] = self._vector_plan(tree, lp)
         return self._plans[key]
 
     def _subtree_size(self, node, ranges: dict[str, int]) -> int:

@@ -10,7 +10,9 @@ instruction selection's own: it maps them to architectural registers.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 
 from ..errors import LoopstackError
 
@@ -69,7 +71,7 @@ class RegisterFile:
         self.uses: dict[tuple, int] = {}       # load key -> remaining uses in this region
         self.positions: dict[tuple, list[int]] = {}   # load key -> positions of all its uses
         # a run's load keys, per position, whose positions are noted only when one is asked for
-        # (while registers are free, no position is): see defer_positions
+        # (while registers are free, no position is): see note_uses
         self._deferred: list | None = None
         self.pinned = PinCounts()
 
@@ -77,9 +79,16 @@ class RegisterFile:
         self.uses[key] = self.uses.get(key, 0) + 1
         self.positions.setdefault(key, []).append(position)
 
-    def defer_positions(self, keys_per_position: list) -> None:
-        """The uses of a region, by position (each a list of load keys, in order), already counted
-        in `uses`: their positions are noted as note_use would, when first needed."""
+    def note_uses(self, keys_per_position: list) -> None:
+        """note_use for each load key of a region, by position (each a sequence of keys, in
+        order): the uses counted at once, the positions noted when first needed."""
+        counts = Counter(chain.from_iterable(keys_per_position))
+        uses = self.uses
+        if uses:
+            for key, n in counts.items():
+                uses[key] = uses.get(key, 0) + n
+        else:               # a region after a flush: every count is new
+            uses.update(counts)
         self._deferred = keys_per_position
 
     def _note_deferred(self) -> None:
