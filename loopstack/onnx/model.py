@@ -235,7 +235,7 @@ class CompiledModel:
                        for p in pending]
         self.input_names = [n for n, _ in net.inputs]
         self.output_names = [n for n, _, _ in net.outputs]
-        self._input_shapes = dict(net.inputs)
+        self._input_shapes = {name: tuple(shape) for name, shape in net.inputs}
         outputs = {ref[1] for _, ref, _ in net.outputs if ref[0] == "buffer"}
         # liveness of the intermediate buffers (graph inputs and outputs live outside the arena)
         first, last = {}, {}
@@ -334,27 +334,28 @@ class CompiledModel:
                 if a[0] == "buffer" and a[1].startswith("in:"):
                     self._readers[a[1][3:]].append((call, i, a[2]))
         self._runs = _whole_runs(self._calls, self._wake)
+        # the inputs every reader of which can read the caller's array in place
+        self._in_place = {name: all(hasattr(call, "point") for call, _, _ in readers)
+                          for name, readers in self._readers.items()}
 
     # ------------------------------------------------------------------ running
     def _take_inputs(self, feeds: dict) -> None:
-        missing = [n for n in self.input_names if n not in feeds]
-        if missing:
-            raise ArgumentError(f"missing input(s) {', '.join(missing)}; the model takes "
-                                f"{', '.join(self.input_names)}")
-        unknown = [n for n in feeds if n not in self._input_shapes]
-        if unknown:
+        if len(feeds) != len(self.input_names) or any(n not in feeds for n in self.input_names):
+            missing = [n for n in self.input_names if n not in feeds]
+            if missing:
+                raise ArgumentError(f"missing input(s) {', '.join(missing)}; the model takes "
+                                    f"{', '.join(self.input_names)}")
+            unknown = [n for n in feeds if n not in self._input_shapes]
             raise ArgumentError(f"unknown input(s) {', '.join(unknown)}; the model takes "
                                 f"{', '.join(self.input_names)}")
         for name, arr in feeds.items():
             a = np.asarray(arr)
             want = self._input_shapes[name]
-            if a.shape != tuple(want):
-                raise ArgumentError(f"input {name!r} has shape {a.shape}, the model expects {tuple(want)}")
+            if a.shape != want:
+                raise ArgumentError(f"input {name!r} has shape {a.shape}, the model expects {want}")
             if a.dtype != np.float32 and a.dtype.kind not in "fiu":
                 raise ArgumentError(f"input {name!r} has dtype {a.dtype}; the model expects float32")
-            readers = self._readers[name]
-            if a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned and \
-                    all(hasattr(call, "point") for call, _, _ in readers):
+            if a.dtype == np.float32 and self._in_place[name] and a.flags.c_contiguous and a.flags.aligned:
                 # read in place: the same array as the call before needs nothing (a copy of an
                 # image costs more than some of the layers that read it)
                 if self._pointed.get(name) is not a:
