@@ -14,7 +14,9 @@ onnxruntime's median over loopstack's) and the best ("best": the same ratio of t
 calls, which a busy machine disturbs less); loopstack's max abs error is taken
 against onnxruntime's output on the same input. onnxruntime runs with intra_op_num_threads=1,
 sequential execution and every graph optimisation; loopstack's parallel loops run on one
-thread (`lt.onnx.compile(..., threads=1)`).
+thread (`lt.onnx.compile(..., threads=1)`). With `--threads N`, loopstack on N threads joins
+the interleaved calls ("ls Nt ms", "scaling"), and both engines' N-thread speed-ups are also
+measured in a steady state, in blocks of consecutive calls ("ls xN", "ort xN": steady_scaling).
 
 Two more peers (`--peers torch,tvm`, both by default where installed): torch eager, the
 graph's nodes dispatched one by one to torch operators on one thread (`peers/torch_onnx.py`;
@@ -143,10 +145,10 @@ def _spawn(engine, path, input_path, out_path, rounds) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _ort_session(path, profile_prefix=None):
+def _ort_session(path, profile_prefix=None, threads: int = 1):
     from ..peers.onnxruntime_peer import session
 
-    return session(path, profile_prefix)
+    return session(path, profile_prefix, threads)
 
 
 def interleaved(path: str, x, rounds: int, threads: int = 1, torch: bool = False) -> dict:
@@ -178,6 +180,47 @@ def interleaved(path: str, x, rounds: int, threads: int = 1, torch: bool = False
             f()
             times[k].append(time.perf_counter() - t)
     return {k: (float(np.median(v)) * 1e3, float(np.min(v)) * 1e3) for k, v in times.items()}
+
+
+# a steady-state block: untimed calls for at least STEADY_WARM_S (and 3 calls; another engine's
+# thread pool still spins that long after its last call), then timed calls for at least
+# STEADY_BLOCK_S (and 10 calls)
+STEADY_WARM_S, STEADY_BLOCK_S = 0.05, 0.05
+
+
+def steady_scaling(path: str, x, rounds: int, threads: int) -> dict:
+    """Each engine's speed-up on `threads` threads in a steady state: {engine: (1-thread median
+    ms, N-thread median ms)}, loopstack and onnxruntime (intra_op_num_threads=N) alike. Each
+    configuration runs a block of consecutive calls (untimed, then timed: STEADY_WARM_S,
+    STEADY_BLOCK_S), the four blocks alternating, max(3, rounds // 4) times. Interleaved call by call
+    (`interleaved`), an N-thread call follows the other engines' calls: its workers have gone
+    to sleep and its weights have left the caches it reads, and two engines' thread pools spin
+    against each other; in blocks every engine runs as a program that calls it repeatedly."""
+    import loopstack as lt
+
+    name = _ort_session(path).get_inputs()[0].name
+    one, many = lt.onnx.compile(path, threads=1), lt.onnx.compile(path, threads=threads)
+    s1, sn = _ort_session(path), _ort_session(path, threads=threads)
+    calls = {("loopstack", 1): lambda: one(x), ("loopstack", threads): lambda: many(x),
+             ("onnxruntime", 1): lambda: s1.run(None, {name: x}),
+             ("onnxruntime", threads): lambda: sn.run(None, {name: x})}
+    times = {k: [] for k in calls}
+    for _ in range(max(3, rounds // 4)):
+        for k, f in calls.items():
+            _block(f, 3, STEADY_WARM_S)
+            times[k] += _block(f, 10, STEADY_BLOCK_S)
+    med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    return {e: (med[(e, 1)], med[(e, threads)]) for e in ENGINES}
+
+
+def _block(f, calls: int, seconds: float) -> list[float]:
+    """Call `f` at least `calls` times and for at least `seconds`: each call's seconds."""
+    out, end = [], time.perf_counter() + seconds
+    while len(out) < calls or time.perf_counter() < end:
+        t = time.perf_counter()
+        f()
+        out.append(time.perf_counter() - t)
+    return out
 
 
 def layer_times(path: str, x, rounds: int) -> tuple[list, list]:
@@ -260,6 +303,8 @@ def bench(names=None, rounds: int = 20, log=print, threads: int = 1, peers=None)
                     row.setdefault(engine, {}).update(ms=med, best_ms=best)
                 if threads > 1:
                     row["threads"] = threads
+                    for engine, (ms1, msn) in steady_scaling(path, x, rounds, threads).items():
+                        row[engine].update(steady_ms=ms1, steady_threads_ms=msn)
                 log(f"  {name:<20} interleaved  loopstack {row['loopstack']['ms']:.2f} ms, "
                     f"onnxruntime {row['onnxruntime']['ms']:.2f} ms (medians)")
                 ref = outs["onnxruntime"]
@@ -277,7 +322,7 @@ def table(rows) -> str:
             f"{'err/scale':>9} {'ls first':>9} {'ort first':>9} {'ls MiB':>7} {'ort MiB':>7}")
     threads = max((r.get("threads", 1) for r in rows), default=1)
     if threads > 1:
-        head += f" {f'ls {threads}t ms':>9} {'scaling':>7}"
+        head += f" {f'ls {threads}t ms':>9} {'scaling':>7} {f'ls x{threads}':>6} {f'ort x{threads}':>6}"
     peers = [p for p in PEER_ENGINES if any(p in r for r in rows)]
     if "torch" in peers:
         head += f" {'torch ms':>9} {'xtorch':>6}"
@@ -302,6 +347,8 @@ def table(rows) -> str:
             many = r.get("loopstack_threads", {})
             scaling = f"{ls['ms'] / many['ms']:.2f}x" if "ms" in ls and "ms" in many else "-"
             lines[-1] += f" {f(many, 'ms', '9.2f')} {scaling:>7}"
+            for d in (ls, ort):
+                lines[-1] += f" {d['steady_ms'] / d['steady_threads_ms']:5.2f}x" if "steady_ms" in d else f" {'-':>6}"
         for p in peers:
             d = r.get(p, {})
             ratio = f"{d['ms'] / ls['ms']:.2f}x" if "ms" in d and "ms" in ls else "-"
@@ -319,7 +366,8 @@ def records(rows) -> list[dict]:
         for engine in ENGINES + PEER_ENGINES:
             d = r.get(engine, {})
             for k, unit in (("ms", "latency_ms"), ("best_ms", "best_latency_ms"), ("compile_ms", "first_result_ms"),
-                            ("peak_mib", "peak_mib")):
+                            ("peak_mib", "peak_mib"), ("steady_ms", "steady_latency_ms"),
+                            ("steady_threads_ms", "threads_steady_latency_ms")):
                 if k in d:
                     rec[f"{engine}_{unit}"] = d[k]
             if "error" in d:

@@ -80,16 +80,17 @@ def _reference_layout(w, y: np.ndarray) -> np.ndarray:
     return y
 
 
-def session(model, profile_prefix: str | None = None):
-    """An onnxruntime session on one thread, sequential, all graph optimisations on, for a
-    ModelProto or a model file's path (with `profile_prefix`, its profiler on)."""
+def session(model, profile_prefix: str | None = None, threads: int = 1):
+    """An onnxruntime session on one thread (or `threads` for its operators), sequential, all
+    graph optimisations on, for a ModelProto or a model file's path (with `profile_prefix`, its
+    profiler on)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     if profile_prefix is not None:
         opts.enable_profiling = True
         opts.profile_file_prefix = profile_prefix
-    opts.intra_op_num_threads = 1
+    opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

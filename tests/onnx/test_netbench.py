@@ -16,16 +16,30 @@ def test_interleaved_times_each_engine_and_loopstack_on_more_threads(tmp_path):
     assert set(netbench.interleaved(path, x, rounds=1)) == {"loopstack", "onnxruntime"}
 
 
-def test_the_table_and_records_carry_the_threads_column():
+def test_steady_scaling_times_both_engines_on_one_and_more_threads(tmp_path, monkeypatch):
+    path = str(tmp_path / "mlp.onnx")
+    onnx.save(mlp(), path)
+    x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
+    monkeypatch.setattr(netbench, "STEADY_WARM_S", 0.0)
+    monkeypatch.setattr(netbench, "STEADY_BLOCK_S", 0.0)
+    res = netbench.steady_scaling(path, x, rounds=4, threads=2)
+    assert set(res) == {"loopstack", "onnxruntime"}
+    assert all(one > 0 and many > 0 for one, many in res.values())
+
+
+def test_the_table_and_records_carry_the_threads_columns():
     row = {"name": "m", "input": "1x4", "threads": 2, "max_abs_err": 1e-7, "output_scale": 1.0,
-           "loopstack": {"ms": 2.0, "best_ms": 1.5, "compile_ms": 100.0, "peak_mib": 1.0},
-           "onnxruntime": {"ms": 3.0, "best_ms": 2.0, "compile_ms": 50.0, "peak_mib": 2.0},
+           "loopstack": {"ms": 2.0, "best_ms": 1.5, "compile_ms": 100.0, "peak_mib": 1.0,
+                         "steady_ms": 1.8, "steady_threads_ms": 1.0},
+           "onnxruntime": {"ms": 3.0, "best_ms": 2.0, "compile_ms": 50.0, "peak_mib": 2.0,
+                           "steady_ms": 2.8, "steady_threads_ms": 2.0},
            "loopstack_threads": {"ms": 1.0, "best_ms": 0.9}}
     head, line = netbench.table([row]).splitlines()
-    assert head.split()[-3:] == ["2t", "ms", "scaling"]
-    assert line.split()[-2:] == ["1.00", "2.00x"] and "1.50x" in line
+    assert head.split()[-7:] == ["2t", "ms", "scaling", "ls", "x2", "ort", "x2"]
+    assert line.split()[-4:] == ["1.00", "2.00x", "1.80x", "1.40x"] and "1.50x" in line
     (rec,) = netbench.records([row])
     assert rec["threads"] == 2 and rec["loopstack_threads_latency_ms"] == 1.0
+    assert rec["loopstack_threads_steady_latency_ms"] == 1.0 and rec["onnxruntime_steady_latency_ms"] == 2.8
     assert "scaling" not in netbench.table([dict(row, threads=1, loopstack_threads={})]).splitlines()[0]
 
 
