@@ -326,3 +326,33 @@ def test_a_worker_too_late_to_join_leaves_its_chunks_to_the_caller(monkeypatch, 
         else:
             raise AssertionError("the running worker never joined a call")
     _with_deadline(calls)
+
+
+def test_calls_past_the_epochs_a_joined_word_holds_still_share_their_work(monkeypatch):
+    """A JOINED word keeps an epoch's low 40 bits (the gate below them): after 2**40 epochs (a
+    network's 60-odd barriers a call, for months) a worker must still recognise its call."""
+    from loopstack.backend.x86 import team as code
+
+    if not isinstance(threads.team(), threads.NativeTeam):
+        pytest.skip("the portable team has no JOINED words (not x86-64 Linux)")
+    team = threads.NativeTeam()
+    threads._TEAMS.append(team)
+    monkeypatch.setattr(threads, "_TEAM", team)
+    team._memory[code.EPOCH // 8] = (1 << (64 - code.GATE_SHIFT)) - 3     # a few calls from the wrap
+    kernel, inputs, shape = _kernel("MLP-8x1024")
+    want = _serial(kernel, inputs, shape)
+    kernel.threads = 2
+    out = empty_aligned(shape, np.float32)
+    arrived = (code.FIRST + code.SLOT + code.ARRIVED) // 8
+
+    def calls():
+        joined = 0
+        for _ in range(200):
+            epoch = int(team._memory[code.EPOCH // 8])
+            out[...] = 0
+            kernel(*inputs, out)
+            np.testing.assert_array_equal(out, want)
+            joined += team._memory[arrived] > epoch
+        assert team._memory[code.EPOCH // 8] > 1 << (64 - code.GATE_SHIFT)
+        assert joined >= 10, joined                 # spinning between calls, it joins them
+    _with_deadline(calls)

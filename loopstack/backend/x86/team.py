@@ -69,7 +69,8 @@ ARRIVED, SLEEPING, GO, JOB, JOINED, TAKEN = 0, 8, 128, 136, 144, 152
 # a step's flags word: threads meet after it; each thread runs it whole into its own temps; a
 # worker may start a call there (no step of its call before it made copies it reads)
 BARRIER, OWN_COPIES, JOIN_POINT = 1, 2, 4
-# a JOINED word: epoch << GATE_SHIFT | gate step << 2 | OPEN | CLAIMED
+# a JOINED word: epoch << GATE_SHIFT | gate step << 2 | OPEN | CLAIMED (the epoch's low 40 bits:
+# a worker's call is at most one behind the main thread's, never 2**40 epochs)
 CLAIMED, OPEN = 1, 2
 GATE_SHIFT = 24
 GATE_MASK = (1 << (GATE_SHIFT - 2)) - 1
@@ -374,9 +375,10 @@ def _claim(asm, entry, late) -> None:
     asm.emit("cmp", Mem(rbx, None, 1, EPOCH), r13)
     asm.emit("jg", late)                                # the call is over
     asm.emit("mov", rax, Mem(rbx, rcx, 1, FIRST + JOINED))
-    asm.emit("mov", rdx, rax)
+    asm.emit("mov", rdx, r13)                           # the epochs as the word holds them: their
+    asm.emit("shl", rdx, GATE_SHIFT)                    # low 64 - GATE_SHIFT bits, so that no
+    asm.emit("xor", rdx, rax)                           # number of calls overflows the test
     asm.emit("shr", rdx, GATE_SHIFT)
-    asm.emit("cmp", rdx, r13)
     asm.emit("jne", late)                               # another call's word: this one is over
     asm.emit("test", rax, OPEN)
     asm.emit("je", wait)
