@@ -198,9 +198,9 @@ def steady_scaling(path: str, x, rounds: int, threads: int) -> dict:
     against each other; in blocks every engine runs as a program that calls it repeatedly."""
     import loopstack as lt
 
-    name = _ort_session(path).get_inputs()[0].name
     one, many = lt.onnx.compile(path, threads=1), lt.onnx.compile(path, threads=threads)
     s1, sn = _ort_session(path), _ort_session(path, threads=threads)
+    name = s1.get_inputs()[0].name
     calls = {("loopstack", 1): lambda: one(x), ("loopstack", threads): lambda: many(x),
              ("onnxruntime", 1): lambda: s1.run(None, {name: x}),
              ("onnxruntime", threads): lambda: sn.run(None, {name: x})}

@@ -239,18 +239,18 @@ def choose_block(row_extent: int, vec_vectors: int, tgt, depthwise=False, packed
     return rank_blocks(row_extent, vec_vectors, tgt, depthwise, packed)[0]
 
 
-def _panel_balanced_block(vec_vectors: int, tgt, depthwise: bool) -> BlockChoice:
-    """The block of a single output row (a batch-1 dense layer, a squeeze-excitation 1x1
-    convolution) for several cores: its threads split the vector panels, so the rank is the
-    modelled efficiency times how evenly `tgt.cores` threads share the panels. MLP 784 -> 512
-    on two threads: 6-vector panels split 3/2.33 (288 and 224 columns) and the layer takes as
-    long as the 288; 4-vector panels split 4/4."""
+def _panel_balanced_block(row_extent: int, vec_vectors: int, tgt, depthwise: bool) -> BlockChoice:
+    """The block of an output with fewer rows than cores (a batch-1 dense layer, a
+    squeeze-excitation 1x1 convolution): its threads split the vector panels, so the rank is
+    the modelled efficiency times how evenly `tgt.cores` threads share the panels. MLP 784 ->
+    512 on two threads: 6-vector panels split 3/2.33 (288 and 224 columns) and the layer takes
+    as long as the 288; 4-vector panels split 4/4."""
     from ..backend.threads import split_bound
 
     def shared(b):
         panels = vec_vectors / b.nv
         return b.efficiency * split_bound(-(-vec_vectors // b.nv), tgt.cores, panels) / tgt.cores
-    return max(rank_blocks(1, vec_vectors, tgt, depthwise), key=shared)
+    return max(rank_blocks(row_extent, vec_vectors, tgt, depthwise), key=shared)
 
 
 def _entries(var, extent, step):
@@ -312,9 +312,10 @@ def plan(graph, node, tgt) -> Plan:
         if weights is not None:
             return _direct_conv_plan(graph, node, tgt, red, weights)
     rext = size(row) if row else 1
-    blk = choose_block(rext, nvec_total, tgt, depthwise)
-    if tgt.cores > 1 and rext < tgt.cores:
-        blk = _panel_balanced_block(nvec_total, tgt, depthwise)
+    if tgt.cores > 1 and rext < tgt.cores:      # no rows to share: the threads split the panels
+        blk = _panel_balanced_block(rext, nvec_total, tgt, depthwise)
+    else:
+        blk = choose_block(rext, nvec_total, tgt, depthwise)
     streamed = _streams_packed_weights(graph, mult, red, vec, row, depthwise, tgt, min(blk.nv * lanes, size(vec)))
     if streamed:
         blk = _whole_row_block(rext, nvec_total, tgt) or blk

@@ -2,7 +2,7 @@
 native code, and the call that hands a kernel's steps to them (backend/threads.py drives both).
 
 Handing work to a thread costs a wake-up; on a virtual machine an idle core's wake-up takes
-50-100 us, as long as a whole MLP layer. So a worker that finished waits by spinning (`pause`,
+50 us to 1.5 ms, as long as a whole MLP layer or longer. So a worker that finished waits by spinning (`pause`,
 the GIL released: it is in a cffi call) for SPIN_TICKS of the time-stamp counter before it
 sleeps in futex(FUTEX_WAIT), and a call finds it awake whenever calls follow each other. Past
 YIELD_TICKS a waiter yields its core between checks (sched_yield): on a machine with more
@@ -265,12 +265,12 @@ def _worker_steps(asm, entry) -> None:
     asm.bind(done)
 
 
-def _gate(asm, reg, epoch, step, open_: bool | None = None) -> None:
-    """reg = the JOINED word of call `epoch` (a register) with its gate at `step` (a register):
-    epoch << GATE_SHIFT | step << 2, plus OPEN when `open_` (None: leave it to the caller)."""
+def _gate(asm, reg, epoch, step) -> None:
+    """reg = the JOINED word of call `epoch` with its gate, closed, at `step` (a register):
+    epoch << GATE_SHIFT | step << 2."""
     asm.emit("mov", reg, epoch)
     asm.emit("shl", reg, GATE_SHIFT)
-    asm.emit("lea", reg, Mem(reg, step, 4, OPEN if open_ else 0))
+    asm.emit("lea", reg, Mem(reg, step, 4))
 
 
 # the main thread's frame in run_code: the call's epoch, the next gate (a JOINED word), the
@@ -329,7 +329,7 @@ def _move_gates(asm) -> None:
     the step's chunk of j is the main thread's to run (TAKEN = the barrier); failed: j has
     claimed the call, and runs its chunk. A worker woken late (a core's wake-up on a virtual
     machine takes 0.5-1.5 ms) then costs the call its help until it comes, not a wait."""
-    closed, gated, scan, inside, done = (asm.label() for _ in range(5))
+    closed, scan, inside, done = (asm.label() for _ in range(4))
     asm.emit("mov", rax, Mem(rbp, None, 1, 8))
     asm.emit("sub", rax, r15)
     asm.emit("lea", rdx, Mem(rax, None, 1, 1))          # the next step's index
