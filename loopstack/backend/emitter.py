@@ -28,6 +28,17 @@ from .values import RegisterFile, Shape, Val
 __all__ = ["Emitter", "Shape", "Val"]
 
 
+def _unpin_registers(pinned, *regs) -> None:
+    """PinCounts.discard of each register that is not None, in one call (eval's operators)."""
+    for r in regs:
+        if r is not None:
+            n = pinned.get(r, 0) - 1
+            if n > 0:
+                pinned[r] = n
+            else:
+                pinned.pop(r, None)
+
+
 class Emitter:
     """The instruction-set independent half of instruction selection (see the module doc).
 
@@ -275,29 +286,52 @@ class Emitter:
             return Val(reg=reg, owned=True)
         if isinstance(e, Acc):
             return Val(reg=acc.reg)
+        # the operators below: each operand pinned while the other is evaluated and while the
+        # destination is allocated (to_reg, dest, free and the pin counts of PinCounts.add and
+        # .discard written out: every element-wise instance outside a register block passes here)
+        regs = self.regs
+        pinned = regs.pinned
         if isinstance(e, Binary):
-            a = self.to_reg(self.eval(e.a, static, shape, acc), shape)
-            pinned = self.regs.pinned
-            pinned.add(a.reg)
+            a = self.eval(e.a, static, shape, acc)
+            if a.reg is None:
+                a = self.to_reg(a, shape)
+            ra = a.reg
+            pinned[ra] = pinned.get(ra, 0) + 1
             b = self.eval(e.b, static, shape, acc, foldable=True)
-            if b.reg is not None:
-                pinned.add(b.reg)
-            d = self.dest(a, b)
-            self.arith(e.op, d, a.reg, b, shape)
-            self._unpin(a, b)
-            for x in (a, b):
-                if x.reg != d:
-                    self.free(x)
+            rb = b.reg
+            if rb is not None:
+                pinned[rb] = pinned.get(rb, 0) + 1
+            if a.owned:                     # the destination: an operand's own register
+                a.owned = False
+                d = ra
+            elif b.owned and rb is not None:
+                b.owned = False
+                d = rb
+            else:
+                d = regs.alloc()
+            self.arith(e.op, d, ra, b, shape)
+            _unpin_registers(pinned, ra, rb)
+            if ra != d and a.owned:
+                regs.release(ra)
+            if rb != d and b.owned and rb is not None:
+                regs.release(rb)
             return Val(reg=d, owned=True)
         if isinstance(e, Unary):
-            x = self.to_reg(self.eval(e.x, static, shape, acc), shape)
-            self.regs.pinned.add(x.reg)
-            d = self.dest(x)
-            self.regs.pinned.add(d)
-            self.unary(e.op, d, x.reg, shape)
-            self._unpin(x, Val(reg=d))
-            if x.reg != d:
-                self.free(x)
+            x = self.eval(e.x, static, shape, acc)
+            if x.reg is None:
+                x = self.to_reg(x, shape)
+            rx = x.reg
+            pinned[rx] = pinned.get(rx, 0) + 1
+            if x.owned:
+                x.owned = False
+                d = rx
+            else:
+                d = regs.alloc()
+            pinned[d] = pinned.get(d, 0) + 1
+            self.unary(e.op, d, rx, shape)
+            _unpin_registers(pinned, rx, d)
+            if rx != d and x.owned:
+                regs.release(rx)
             return Val(reg=d, owned=True)
         raise UnsupportedError(f"cannot emit expression {e}")
 

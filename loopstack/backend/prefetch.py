@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..looptree.ir import Compute, LoopTree, loop_var
+from ..looptree.ir import Compute, LoopTree, loop_var, statements
 from ..looptree.stats import loop_ranges
 from .analysis import byte_map, loop_delta
 
@@ -68,6 +68,8 @@ def prefetch_plans(tree: LoopTree, node, cache_bytes: int, byte_map=byte_map) ->
     MIN_TILE_BYTES, the loops directly inside A leave it in place for two or more passes, and
     the tiles A and the loops around it sweep exceed `cache_bytes` (they come from memory).
     `byte_map` may be a caching replacement taking (tree, access)."""
+    if all(s.reduce is None for s in statements(node)):
+        return []           # copies and element-wise nests: no operand is re-read
     nest = LoopTree(tree.buffers, tree.dims, (node,))
     ranges = None        # the loops' ranges, once some operand has a tile large enough to prefetch
     plans = []

@@ -119,10 +119,19 @@ class RegisterFile:
 
     def _victim(self) -> tuple | None:
         """The unpinned cached value used farthest in the future (the oldest among equals)."""
+        if self._deferred is not None:
+            self._note_deferred()
         best, farthest = None, -2.0
+        pinned, uses, positions, inf = self.pinned, self.uses, self.positions, float("inf")
         for key, reg in self.cache.items():
-            if reg not in self.pinned:
-                n = self.next_use(key)
+            if reg not in pinned:
+                # next_use(key), inline: this scans the whole cache at every eviction
+                seq = positions.get(key)
+                if seq is None:
+                    n = -1
+                else:
+                    left = uses.get(key, 0)
+                    n = seq[len(seq) - left] if 0 < left <= len(seq) else inf
                 if n > farthest:
                     best, farthest = key, n
         return best

@@ -447,19 +447,29 @@ class LoopTree:
 
     def walk(self) -> Iterator[tuple[tuple[Loop, ...], Node]]:
         """Every node with the loops enclosing it, outermost first, in program order."""
+        return iter(self._walked)
+
+    def computes(self) -> Iterator[tuple[tuple[Loop, ...], Compute]]:
+        return iter(self._computes)
+
+    # the walk is listed once per tree (see _derived), by a plain recursion: nested generators
+    # would pass every node up through one frame per enclosing loop
+    @_derived
+    def _walked(self) -> tuple:
+        out: list = []
 
         def rec(nodes, stack):
             for n in nodes:
-                yield stack, n
+                out.append((stack, n))
                 if isinstance(n, Loop):
-                    yield from rec(n.body, stack + (n,))
+                    rec(n.body, stack + (n,))
 
-        yield from rec(self.body, ())
+        rec(self.body, ())
+        return tuple(out)
 
-    def computes(self) -> Iterator[tuple[tuple[Loop, ...], Compute]]:
-        for stack, n in self.walk():
-            if isinstance(n, Compute):
-                yield stack, n
+    @_derived
+    def _computes(self) -> tuple:
+        return tuple(pair for pair in self._walked if isinstance(pair[1], Compute))
 
     def __str__(self) -> str:
         from .printer import format_tree

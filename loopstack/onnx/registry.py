@@ -50,6 +50,7 @@ class Converter:
 
 
 _REGISTRY: dict[tuple[str, str, int], Converter] = {}
+_OPS: set[str] = set()          # the operators _REGISTRY has some version of
 
 
 def converter(op: str, *versions: int, domain: str = "", const=(), fold=None, integer=False):
@@ -64,6 +65,7 @@ def converter(op: str, *versions: int, domain: str = "", const=(), fold=None, in
                 raise LoopstackError(f"two converters for {op} version {v} ({_REGISTRY[key].fn.__name__}, "
                                      f"{fn.__name__})")
             _REGISTRY[key] = conv
+        _OPS.add(op)
         return fn
 
     return register
@@ -84,12 +86,13 @@ def lookup(op: str, opset: int, domain: str = "") -> Converter:
     """The converter of `op` at `opset`, or UnsupportedError naming what is missing."""
     if domain not in ("", "ai.onnx"):
         raise UnsupportedError(f"operator domain {domain!r} is not supported (only the default ONNX domain)")
-    known = sorted(v for d, o, v in _REGISTRY if o == op)
-    if not known:
-        raise UnsupportedError(f"operator {op} is not supported")
-    version = since_version(op, opset)
+    version = since_version(op, opset) if op in _OPS else None
     conv = _REGISTRY.get(("", op, version))
     if conv is None:
+        # the error path only: the registry is scanned for what it does have
+        known = sorted(v for d, o, v in _REGISTRY if o == op)
+        if not known:
+            raise UnsupportedError(f"operator {op} is not supported")
         raise UnsupportedError(f"{op} version {version} (opset {opset}) is not supported; "
                                f"supported versions: {', '.join(map(str, known))}")
     return conv

@@ -39,6 +39,18 @@ def test_converters_are_keyed_by_since_version():
         registry.converter("Relu", 6)(lambda ctx, X: X)
 
 
+def test_a_version_without_a_converter_names_the_versions_there_are():
+    # Relu's opset-1 schema (since version 1) predates every converter: the lookup scans the
+    # registry for what it has only on this error path
+    with pytest.raises(lt.UnsupportedError, match=r"Relu version 1 \(opset 1\) is not supported; "
+                                                  r"supported versions: 6, 13, 14"):
+        registry.lookup("Relu", 1)
+    with pytest.raises(lt.UnsupportedError, match="operator Hardmax is not supported"):
+        registry.lookup("Hardmax", 13)
+    with pytest.raises(lt.UnsupportedError, match="domain 'com.example'"):
+        registry.lookup("Relu", 13, "com.example")
+
+
 def test_a_required_constant_input_that_is_not_constant_is_refused():
     m = _model([helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")], [("x", [2, 3]), ("s", [2])])
     with pytest.raises(lt.UnsupportedError):

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from loopstack.looptree.builders import matmul_tree
-from loopstack.looptree.ir import Access, Affine, Binary, Compute, Load, Unary, statements
+from loopstack.looptree.ir import Access, Affine, Binary, Compute, Load, Loop, LoopTree, Unary, statements
 
 
 def test_cached_facts_match_a_fresh_computation():
@@ -24,6 +24,27 @@ def test_cached_facts_match_a_fresh_computation():
         tree.dim_size("nosuch")
     with pytest.raises(KeyError):
         tree.buffer("nosuch")
+
+
+def test_walk_is_the_recursive_walk_in_program_order():
+    tree = matmul_tree(8, 4, 16, order=[("m", 2), ("n", 1), ("k", 1), ("m", 1)])
+    two = LoopTree(tree.buffers, tree.dims, tree.body + tree.body)     # two top-level nests
+
+    def fresh(nodes, stack=()):
+        for n in nodes:
+            yield stack, n
+            if isinstance(n, Loop):
+                yield from fresh(n.body, stack + (n,))
+
+    want = list(fresh(two.body))
+    assert len(want) == 2 * 5
+    got = list(two.walk())
+    assert [len(st) for st, _ in got] == [len(st) for st, _ in want]
+    assert all(a is b for (sa, a), (sb, b) in zip(got, want)) and all(
+        x is y for (sa, _), (sb, _) in zip(got, want) for x, y in zip(sa, sb))
+    assert [(st, c) for st, c in two.computes()] == [(st, n) for st, n in want if isinstance(n, Compute)]
+    assert list(two.walk()) == got                           # a fresh iterator over the kept walk
+    assert two == LoopTree(tree.buffers, tree.dims, tree.body + tree.body)     # the walk kept aside
 
 
 def test_cached_facts_leave_identity_alone():
