@@ -266,13 +266,6 @@ class Emitter:
         if val.owned and val.reg is not None:
             self.regs.release(val.reg)
 
-    def dest(self, *srcs: Val) -> int:
-        for s in srcs:
-            if s.owned and s.reg is not None:
-                s.owned = False
-                return s.reg
-        return self.regs.alloc()
-
     def eval(self, e, static, shape: Shape, acc: Val | None = None, foldable=False) -> Val:
         if isinstance(e, Load):
             return self.load(e.access, static, shape, foldable)
@@ -287,8 +280,9 @@ class Emitter:
         if isinstance(e, Acc):
             return Val(reg=acc.reg)
         # the operators below: each operand pinned while the other is evaluated and while the
-        # destination is allocated (to_reg, dest, free and the pin counts of PinCounts.add and
-        # .discard written out: every element-wise instance outside a register block passes here)
+        # destination is allocated, the destination an owned operand's register where there is
+        # one (to_reg, free and the pin counts of PinCounts.add and .discard written out: every
+        # element-wise instance outside a register block passes here)
         regs = self.regs
         pinned = regs.pinned
         if isinstance(e, Binary):

@@ -98,7 +98,8 @@ def emit_native(tree: LoopTree, target, unroll_limit: int | None = None):
         raise ScheduleError(f"unroll_limit must be >= 0, got {limit}")
     isa, assembler = instruction_set(target)
     isa.check_tree(tree, target)
-    if any(s.tensorize for node in tree.body for s in statements(node)) or any(b.dtype in ("int8", "uint8") for b in tree.buffers):
+    if (any(s.tensorize for node in tree.body for s in statements(node))
+            or any(b.dtype in ("int8", "uint8") for b in tree.buffers)):
         # only a requested or an 8-bit contraction is tensorized: a float program's compile
         # does not load the tensorized-instruction registry
         from .tensorize.apply import tensorize_for_target
