@@ -28,17 +28,6 @@ from .values import RegisterFile, Shape, Val
 __all__ = ["Emitter", "Shape", "Val"]
 
 
-def _unpin_registers(pinned, *regs) -> None:
-    """PinCounts.discard of each register that is not None, in one call (eval's operators)."""
-    for r in regs:
-        if r is not None:
-            n = pinned.get(r, 0) - 1
-            if n > 0:
-                pinned[r] = n
-            else:
-                pinned.pop(r, None)
-
-
 class Emitter:
     """The instruction-set independent half of instruction selection (see the module doc).
 
@@ -281,8 +270,8 @@ class Emitter:
             return Val(reg=acc.reg)
         # the operators below: each operand pinned while the other is evaluated and while the
         # destination is allocated, the destination an owned operand's register where there is
-        # one (to_reg, free and the pin counts of PinCounts.add and .discard written out: every
-        # element-wise instance outside a register block passes here)
+        # one (every element-wise instance outside a register block passes here: one call
+        # unpins both operands)
         regs = self.regs
         pinned = regs.pinned
         if isinstance(e, Binary):
@@ -290,11 +279,11 @@ class Emitter:
             if a.reg is None:
                 a = self.to_reg(a, shape)
             ra = a.reg
-            pinned[ra] = pinned.get(ra, 0) + 1
+            pinned.add(ra)
             b = self.eval(e.b, static, shape, acc, foldable=True)
             rb = b.reg
             if rb is not None:
-                pinned[rb] = pinned.get(rb, 0) + 1
+                pinned.add(rb)
             if a.owned:                     # the destination: an operand's own register
                 a.owned = False
                 d = ra
@@ -304,7 +293,7 @@ class Emitter:
             else:
                 d = regs.alloc()
             self.arith(e.op, d, ra, b, shape)
-            _unpin_registers(pinned, ra, rb)
+            pinned.discard(ra, rb)
             if ra != d and a.owned:
                 regs.release(ra)
             if rb != d and b.owned and rb is not None:
@@ -315,24 +304,22 @@ class Emitter:
             if x.reg is None:
                 x = self.to_reg(x, shape)
             rx = x.reg
-            pinned[rx] = pinned.get(rx, 0) + 1
+            pinned.add(rx)
             if x.owned:
                 x.owned = False
                 d = rx
             else:
                 d = regs.alloc()
-            pinned[d] = pinned.get(d, 0) + 1
+            pinned.add(d)
             self.unary(e.op, d, rx, shape)
-            _unpin_registers(pinned, rx, d)
+            pinned.discard(rx, d)
             if rx != d and x.owned:
                 regs.release(rx)
             return Val(reg=d, owned=True)
         raise UnsupportedError(f"cannot emit expression {e}")
 
     def _unpin(self, *vals: Val) -> None:
-        for v in vals:
-            if v.reg is not None:
-                self.regs.pinned.discard(v.reg)
+        self.regs.pinned.discard(*(v.reg for v in vals))
 
     # -- combining into an accumulator -------------------------------------------
     def accumulate(self, acc: int, stmt: Compute, static, shape: Shape, blend: bool) -> None:

@@ -98,8 +98,7 @@ def emit_native(tree: LoopTree, target, unroll_limit: int | None = None):
         raise ScheduleError(f"unroll_limit must be >= 0, got {limit}")
     isa, assembler = instruction_set(target)
     isa.check_tree(tree, target)
-    if (any(s.tensorize for node in tree.body for s in statements(node))
-            or any(b.dtype in ("int8", "uint8") for b in tree.buffers)):
+    if any(s.tensorize for _, s in tree.computes()) or any(b.dtype in ("int8", "uint8") for b in tree.buffers):
         # only a requested or an 8-bit contraction is tensorized: a float program's compile
         # does not load the tensorized-instruction registry
         from .tensorize.apply import tensorize_for_target
@@ -201,6 +200,8 @@ class NativeKernel(KernelBase):
         self.lowered = lowered
         self.target = target
         # the tensorized instruction (backend.tensorize registry entry) its contraction runs on
+        # (over the nests' statements, kept on their loops by the walk: the lowered tree's own
+        # walk is not listed for this alone)
         self.tensorized = next((c.expr.instr for node in lowered.body for c in statements(node)
                                 if isinstance(c.expr, Dot)), None)
         self._segments = segments

@@ -50,12 +50,15 @@ class PinCounts(dict):
     def add(self, reg: int) -> None:
         self[reg] = self.get(reg, 0) + 1
 
-    def discard(self, reg: int) -> None:
-        n = self.get(reg, 0) - 1
-        if n > 0:
-            self[reg] = n
-        else:
-            self.pop(reg, None)
+    def discard(self, *regs: int | None) -> None:
+        """One pin less on each register given (None, an operand in memory, is skipped)."""
+        for reg in regs:
+            if reg is not None:
+                n = self.get(reg, 0) - 1
+                if n > 0:
+                    self[reg] = n
+                else:
+                    self.pop(reg, None)
 
 
 class RegisterFile:
@@ -119,19 +122,10 @@ class RegisterFile:
 
     def _victim(self) -> tuple | None:
         """The unpinned cached value used farthest in the future (the oldest among equals)."""
-        if self._deferred is not None:
-            self._note_deferred()
         best, farthest = None, -2.0
-        pinned, uses, positions, inf = self.pinned, self.uses, self.positions, float("inf")
         for key, reg in self.cache.items():
-            if reg not in pinned:
-                # next_use(key), inline: this scans the whole cache at every eviction
-                seq = positions.get(key)
-                if seq is None:
-                    n = -1
-                else:
-                    left = uses.get(key, 0)
-                    n = seq[len(seq) - left] if 0 < left <= len(seq) else inf
+            if reg not in self.pinned:
+                n = self.next_use(key)
                 if n > farthest:
                     best, farthest = key, n
         return best

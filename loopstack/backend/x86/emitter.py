@@ -8,7 +8,6 @@ registers are all taken.
 """
 from __future__ import annotations
 
-import math
 import struct
 from operator import mul
 
@@ -69,7 +68,6 @@ class X86Emitter(Emitter):
         self.bits = target.vector_bits
         self._full = {128: XMM, 256: YMM, 512: ZMM}[self.bits]     # the registers of a full vector
         self._consts: dict[tuple, Mem] = {}
-        self._sized_consts: dict[tuple, Mem] = {}   # see sized_const
         self._masks: dict[int, object] = {}     # lanes -> AVX-512 opmask register set up for them
         # per open runtime loop, the opmask registers set up before it that its body still reads:
         # code inside the loop must not set them to other masks
@@ -158,16 +156,6 @@ class X86Emitter(Emitter):
             self.asm.emit("vmovups", r, self.const(value).with_bits(self.bits))
         else:
             self.asm.emit("vmovss", r, self.const(value).with_bits(32))
-
-    def sized_const(self, value: float, bits: int) -> Mem:
-        """const(value) as an operand of `bits`, made once per value and size: vmath reads every
-        constant of every instance so. (Keyed with the sign, so that -0.0 is not 0.0; a NaN is
-        never found and is made each time.)"""
-        key = (value, bits, math.copysign(1.0, value))
-        m = self._sized_consts.get(key)
-        if m is None:
-            m = self._sized_consts[key] = self.const(value).with_bits(bits)
-        return m
 
     def const_bits(self, bits: int) -> Mem:
         """A vector of a 32-bit pattern (sign masks and the like)."""

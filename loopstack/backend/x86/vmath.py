@@ -34,7 +34,7 @@ class _Ctx:
         return vreg(n, self.bits)
 
     def c(self, value: float):
-        return self.e.sized_const(value, self.bits)
+        return self.e.sized(self.e.const(value), self.bits)
 
     def cb(self, pattern: int):
         return self.e.const_bits(pattern).with_bits(self.bits)
