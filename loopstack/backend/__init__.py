@@ -29,6 +29,7 @@ def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural n
         from .ptx import compile_gpu
 
         return compile_gpu(tree, target)
+    _refuse_gpu_bindings(tree)
     from .native import compile_native
 
     # A compile allocates tens of thousands of small, acyclic objects (operands, addresses,
@@ -50,3 +51,15 @@ def _is_gpu_target(target) -> bool:
         return target.startswith("sm_")
     ptx = sys.modules.get(__name__ + ".ptx")
     return ptx is not None and ptx.is_gpu_target(target)
+
+
+def _refuse_gpu_bindings(tree) -> None:
+    """A loop bound to a GPU's CTAs or warps has no meaning on a CPU: say so rather than drop it."""
+    from ..errors import UnsupportedError
+    from ..looptree.ir import GPU_BINDINGS, Loop
+
+    for _, node in tree.walk():
+        if isinstance(node, Loop) and node.annotations and not node.annotations.isdisjoint(GPU_BINDINGS):
+            kind = next(a for a in GPU_BINDINGS if a in node.annotations)
+            raise UnsupportedError(f"loop {node.var} over {node.dim} is bound to a GPU's {kind}s: compile it "
+                                   "for sm_80 or sm_90, or clear the annotation for a CPU")

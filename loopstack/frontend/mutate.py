@@ -10,10 +10,9 @@ import inspect
 from dataclasses import dataclass, replace
 
 from ..errors import LoopstackError, ScheduleError
+from ..looptree.ir import ANNOTATIONS, GPU_BINDINGS
 from .graph import GNode
 from .tree import LoopTree, NodeSchedule, extents, steps
-
-ANNOTATIONS = ("unroll", "vectorize", "parallel")
 
 
 @dataclass(frozen=True)
@@ -360,7 +359,8 @@ def increase_reuse(tree: LoopTree, ref: int) -> LoopTree:
 
 
 def annotate(tree: LoopTree, ref: int, kind: str) -> LoopTree:
-    """Mark a loop "unroll", "vectorize" or "parallel" ("" clears)."""
+    """Mark a loop "unroll", "vectorize" or "parallel", or bind it to a GPU's CTAs ("block") or
+    to the warps of a CTA ("warp"); "" clears."""
     leaves, f = annotation_change(tree, ref, kind)
     return tree._with(sched=_rewrite(tree, leaves, f), action=Action("annotate", (ref, kind)))
 
@@ -390,10 +390,11 @@ def annotation_change(tree: LoopTree, ref: int, kind: str):
                             f"{', '.join(ANNOTATIONS)})")
     g = tree.graph
     v = it.entry[0]
-    if kind == "parallel":
+    if kind == "parallel" or kind in GPU_BINDINGS:
         for i in it.leaves:
             if v in g.reduced(g.node(i)):
-                raise ScheduleError(f"annotate L{ref}: cannot parallelize loop {v}: %{i} reduces over {v}, "
+                what = "parallelize" if kind == "parallel" else f"bind to the GPU's {kind}s"
+                raise ScheduleError(f"annotate L{ref}: cannot {what} loop {v}: %{i} reduces over {v}, "
                                     "so the iterations would race on its output")
     if kind == "parallel" and it.depth != 0:
         raise ScheduleError(f"annotate L{ref}: only an outermost loop can run in parallel "

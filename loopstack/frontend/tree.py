@@ -26,6 +26,7 @@ import heapq
 from dataclasses import dataclass, replace
 
 from ..errors import ScheduleError
+from ..looptree.ir import GPU_BINDINGS
 from .graph import SCHEDULED, Graph, view_source_index
 
 Entry = tuple  # (var, size, tail)
@@ -105,17 +106,20 @@ def check_annotations(tree, action=None) -> None:
     one output); that is checked here, cheaply, as the tuner annotates every candidate. Whether
     a `vectorize` loop's accesses allow it only the backend knows: a tree carrying one is
     compiled right away (the kernel is cached for the compile that follows), and so is one that asks
-    for a tensorized instruction."""
+    for a tensorized instruction. A GPU schedule (a `block` or `warp` loop, or an mma.sync
+    request) is checked whole when it is compiled for the GPU (backend/ptx/bind.py): the trees
+    that build it, one binding at a time, are not yet one."""
     what = "schedule" if action is None else action.kind + "".join(
         f" L{a}" if isinstance(a, int) else f" {a!r}" for a in action.args)
     if not any(ns.annotations or ns.tensorize for _, ns in tree.schedule):
         return          # nothing to check: the tree stays unbuilt (a schedule's intermediate trees)
     g = tree.graph
-    vectorized = False
+    vectorized = gpu = False
     for it in tree.items:
         if it.kind != "loop" or not it.annotation:
             continue
         vectorized |= it.annotation == "vectorize"
+        gpu |= it.annotation in GPU_BINDINGS
         if it.annotation != "parallel":
             continue
         v = it.entry[0]
@@ -128,7 +132,8 @@ def check_annotations(tree, action=None) -> None:
                 raise ScheduleError(f"{what}: refused, loop {v} (L{it.ref}) runs in parallel but %{i} "
                                     f"{'reduces over' if v in g.domain(n) else 'does not iterate'} {v}: "
                                     "its iterations would race on one output")
-    if not vectorized and not any(ns.tensorize for _, ns in tree.schedule):
+    requests = {ns.tensorize for _, ns in tree.schedule if ns.tensorize}
+    if gpu or any(r.startswith("mma") for r in requests) or not (vectorized or requests):
         return
     from ..errors import LoopstackError
     from .run import compile_tree, default_target

@@ -65,7 +65,10 @@ class _derived:  # noqa: N801 - a decorator, like functools.cached_property (whi
 UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "reciprocal", "relu", "sigmoid", "tanh", "gelu", "erf")
 BINARY_OPS = ("add", "sub", "mul", "div", "max", "min")
 REDUCE_OPS = ("add", "mul", "max", "min")
-ANNOTATIONS = ("unroll", "vectorize", "parallel")
+# "block" and "warp" bind a loop to a GPU's CTAs and to the warps of a CTA (backend/ptx/bind.py);
+# a CPU compile refuses them
+GPU_BINDINGS = ("block", "warp")
+ANNOTATIONS = ("unroll", "vectorize", "parallel") + GPU_BINDINGS
 
 # identity element of each reduction, used by init="identity"
 REDUCE_IDENTITY = {"add": 0.0, "mul": 1.0, "max": float("-inf"), "min": float("inf")}

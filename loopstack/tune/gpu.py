@@ -20,6 +20,7 @@ import random
 from dataclasses import dataclass
 
 from ..backend.ptx import GpuSchedule
+from ..backend.ptx.bind import stated_knobs
 from ..backend.ptx.knobs import KNOB_VALUES
 from ..backend.ptx.match import Contraction, match
 from ..backend.ptx.model import H100, GpuModel, predict_seconds
@@ -36,8 +37,9 @@ def valid(con: Contraction, s: GpuSchedule, target: str) -> bool:
         return False
 
 
-def _mutate(s: GpuSchedule, rng: random.Random) -> GpuSchedule:
-    name = rng.choice(sorted(KNOB_VALUES))
+def _mutate(s: GpuSchedule, rng: random.Random, names=tuple(sorted(KNOB_VALUES))) -> GpuSchedule:
+    """`s` with one of the knobs `names` changed at random."""
+    name = rng.choice(names)
     choices = [v for v in KNOB_VALUES[name] if v != getattr(s, name)]
     return s.replace(**{name: rng.choice(choices)})
 
@@ -80,6 +82,11 @@ def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, genera
     if hasattr(tree, "lower"):
         tree = tree.lower()
     con = match(tree)
+    fixed = stated_knobs(con, mma_for(con.dtype))     # a tree's bound loops keep their knobs
+
+    def pin(s: GpuSchedule) -> GpuSchedule:
+        return s.replace(**fixed) if fixed else s
+    free = tuple(n for n in sorted(KNOB_VALUES) if n not in fixed)
     rng = random.Random(seed)
     score: dict = {}
     measured: dict = {}
@@ -89,15 +96,20 @@ def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, genera
             score[s] = con.flops / predict_seconds(con, s, model) / 1e12 if valid(con, s, target) else 0.0
         return measured.get(s, score[s])
 
-    pop = {GpuSchedule()}
-    while len(pop) < population:
-        s = GpuSchedule(**{n: rng.choice(v) for n, v in KNOB_VALUES.items()})
+    pop = {pin(GpuSchedule())}
+    candidates = 1
+    for n in free:
+        candidates *= len(KNOB_VALUES[n])
+    for _ in range(50 * population):
+        if len(pop) >= min(population, candidates):
+            break
+        s = pin(GpuSchedule(**{n: rng.choice(v) for n, v in KNOB_VALUES.items()}))
         if valid(con, s, target):
             pop.add(s)
     pop = list(pop)
     history = []
     for _ in range(generations):
-        mutants = [_mutate(p, rng) for p in pop for _ in range(2)]
+        mutants = [_mutate(p, rng, free) for p in pop for _ in range(2)]
         mutants = [m for m in mutants if rate(m) > 0]
         for m in mutants:
             rate(m)

@@ -76,3 +76,48 @@ def conv(batch, h, c, k, dtype, rng, r=3, stride=1, pad=1):
                 out += patch @ w[i, j].astype(np.float64)
         return out
     return Y, [x, w], ref
+
+
+def _counts(size, block):
+    return (size // block, size % block)
+
+
+def bound(tensor, sched, mma_k, m, n, k):
+    """`tensor` (a GEMM) with its loops bound to the grid and warps as GpuSchedule `sched` says:
+    block loops over m and n (m inner for REORDER_INNER=1), warp loops, the k-step, a warp's tiles."""
+    bm, bn, bk = sched.bm, sched.bn, sched.CHUNK * mma_k
+    blocks = [("m", *_counts(m, bm)), ("n", *_counts(n, bn))]
+    if sched.REORDER_INNER:
+        blocks.reverse()
+    order = blocks + [("m", sched.BLK_ROW_WARPS, 0), ("n", sched.BLK_COL_WARPS, 0), ("k", *_counts(k, bk)),
+                      ("m", sched.WARP_ROW_TILES, 0), ("n", sched.WARP_COL_TILES, 0), ("k", bk, 0),
+                      ("m", 16, 0), ("n", 16, 0)]
+    return _bind(tensor, order, ["block", "block", "warp", "warp"])
+
+
+def bound_conv(tensor, sched, mma_k, batch, o, c, kout):
+    """`tensor` (a conv from `conv`) with its output channels bound to the grid and warps, the
+    k-step a split of c above (REORDER_INNER=1) or inside the filter window's loops."""
+    bk = sched.CHUNK * mma_k
+    window = [("r", 3, 0), ("s", 3, 0)]
+    step = [("c", *_counts(c, bk))]
+    order = ([("k", *_counts(kout, sched.bn)), ("k", sched.BLK_COL_WARPS, 0), ("b", batch, 0), ("oh", o, 0),
+              ("ow", o, 0)] + (step + window if sched.REORDER_INNER else window + step)
+             + [("k", sched.WARP_COL_TILES, 0), ("c", bk, 0), ("k", 16, 0)])
+    return _bind(tensor, order, ["block", "warp"])
+
+
+def _bind(tensor, order, kinds):
+    t = tensor.loop_tree
+    product, total = contraction_nodes(t)
+    t = t.set_order(product, order).set_order(total, order)
+    path = t.path(t.ref_of(total))
+    for ref, kind in zip(path, kinds):
+        t = t.annotate(ref, kind)
+    return tensor.set(t)
+
+
+def contraction_nodes(tree):
+    """(the product's node id, the sum's) of a frontend loop tree's one contraction."""
+    total = next(g for g in tree.graph.nodes if g.op == "reduce" and g.fn == "add")
+    return total.inputs[0], total.id

@@ -71,3 +71,14 @@ def test_measurements_override_the_model():
     r = tune_gpu(Y, target="sm_80", generations=6, seed=0, measure=measure)
     assert r.best != favourite and r.measured_tflops is not None
     assert abs(r.measured_tflops - r.predicted_tflops / 2) < 1e-6 * r.predicted_tflops
+
+
+def test_a_tree_with_bound_loops_is_tuned_in_the_knobs_its_loops_leave_free():
+    import loopstack as lt
+    from gpu_programs import bound
+    stated = GpuSchedule(2, 2, 2, 2, 2, 1, 3)
+    C = bound(_gemm(1024, 1024, 1024), stated, 16, 1024, 1024, 1024)
+    r = tune_gpu(C, generations=3)
+    assert r.best.replace(stages=3) == stated          # only `stages` is not a loop
+    assert r.evaluated <= 4                             # and it has four values
+    assert lt.compile(C, target=r.target).schedule == r.best

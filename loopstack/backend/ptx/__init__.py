@@ -3,7 +3,10 @@
     compile_ptx(tree, target="sm_90", schedule=None) -> PtxKernel
 
 `schedule` is a `GpuSchedule` (or a dict of its knobs, see `knobs.py`); None lets the
-analytical model (`model.py`) pick among a few presets for the problem's shape.  The tree is matched as a contraction (`match.py`), the knobs are checked against
+analytical model (`model.py`) pick among a few presets for the problem's shape.  A tree whose
+loops are bound to the grid and to warps (`block`, `warp` annotations) states its knobs itself
+(`bind.py`); `schedule` then gives only the knobs the loops do not state, and must agree with
+those they do.  The tree is matched as a contraction (`match.py`), the knobs are checked against
 it, and `emit.py` writes the kernel.  `compile_ms` is the PTX generation time; the driver's
 JIT runs on first launch and is reported as `jit_ms`.
 """
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 
 from ...errors import UnsupportedError
 from ...isa.ptx.mma import mma_for
+from .bind import binds, check_request, tree_schedule
 from .emit import GemmEmitter
 from .kernel import PtxKernel
 from .knobs import GpuSchedule, schedule_from  # noqa: F401
@@ -28,11 +32,17 @@ class GpuTarget:
     A schedule of None lets the analytical model pick the knobs."""
     arch: str = "sm_90"
     schedule: GpuSchedule | None = None
+    named: tuple = ()           # of()'s knobs, (name, value): the ones a bound tree is completed with
 
     @staticmethod
     def of(arch: str = "sm_90", **knobs) -> "GpuTarget":
-        """GpuTarget("sm_90", GpuSchedule(**knobs)): unnamed knobs keep GpuSchedule's defaults."""
-        return GpuTarget(arch, schedule_from(knobs) if knobs else None)
+        """GpuTarget("sm_90", GpuSchedule(**knobs)): unnamed knobs keep GpuSchedule's defaults
+        (or, for a tree that binds its loops, the loops' and the model's choice)."""
+        return GpuTarget(arch, schedule_from(knobs) if knobs else None, tuple(sorted(knobs.items())))
+
+    def knobs(self):
+        """What compile_ptx is given: the named knobs, else the whole schedule (or None)."""
+        return dict(self.named) if self.named else self.schedule
 
 
 def is_gpu_target(target) -> bool:
@@ -42,7 +52,7 @@ def is_gpu_target(target) -> bool:
 def compile_gpu(tree, target) -> PtxKernel:
     """compile_ptx for a target name ("sm_90": default knobs) or a GpuTarget."""
     if isinstance(target, GpuTarget):
-        return compile_ptx(tree, target.arch, target.schedule)
+        return compile_ptx(tree, target.arch, target.knobs())
     return compile_ptx(tree, target)
 
 
@@ -52,7 +62,12 @@ def compile_ptx(tree, target: str = "sm_90", schedule=None) -> PtxKernel:
         raise UnsupportedError(f"GPU target {target!r}: one of {', '.join(TARGETS)}")
     con = match(tree)
     mma = mma_for(con.dtype)
-    if schedule is None:            # the model's pick among a few presets (microseconds)
+    check_request(con, mma)
+    if binds(con):                  # the loops state the knobs; `schedule` completes them
+        given = {} if schedule is None else schedule if isinstance(schedule, dict) else schedule.knobs()
+        schedule_from(given)        # an unknown knob's name is refused as without bound loops
+        schedule = tree_schedule(con, mma, target, given)
+    elif schedule is None:          # the model's pick among a few presets (microseconds)
         from .model import default_schedule
         schedule = default_schedule(con, target)
     sched = schedule_from(schedule).check(mma, target, con.b_kmajor, con.conv)

@@ -10,12 +10,15 @@ built from the accumulator, constants, per-column loads and add/sub/mul/max/min/
 As everywhere in loopstack, `post` sees the value as stored (rounded to f16/bf16, or
 wrapped to int8 as C's conversion does) and its result is converted again when stored.  The convolution is an
 implicit GEMM: M = b*oh*ow, N = output channels, K = r*s*c in that order.  Anything else is
-an UnsupportedError naming what differs; the loop order of the tree does not matter (the
-GPU schedule is given by its knobs, see `knobs.py`).
+an UnsupportedError naming what differs.  Staged copies of the operands (the `copy_input`
+action) are read through: the kernel stages A and B in shared memory itself, so the copy is
+that staging, and a schedule written for a CPU compiles for the GPU unchanged.  The loops
+decide the kernel's schedule only where they bind it (`block`, `warp`: see `bind.py`);
+otherwise the knobs do (`knobs.py`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ...errors import UnsupportedError
 from ...looptree.ir import Acc, Binary, Compute, Const, Load, Loop, LoopTree, Unary
@@ -53,19 +56,18 @@ class Contraction:
     post: object            # the epilogue expression over Acc, or None
     init: object = None     # the reduction's start (a Load of a bias), None for zero
     conv: ConvGeometry | None = None
+    # the tree's dimensions in their GEMM roles: rows of C (m, or b oh ow), its columns (n), the
+    # reduction in K's order (k, or r s c); the statement's loops (outermost first) and its
+    # tensorize request
+    rows: tuple[str, ...] = ()
+    col: str = ""
+    red: tuple[str, ...] = ()
+    loops: tuple = field(default=(), compare=False)
+    tensorize: str = ""
 
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
-
-
-def _computes(body, out):
-    for node in body:
-        if isinstance(node, Compute):
-            out.append(node)
-        elif isinstance(node, Loop):
-            _computes(node.body, out)
-    return out
 
 
 def _dim(aff) -> str | None:
@@ -80,17 +82,14 @@ def _no(why: str):
 
 
 def match(tree: LoopTree) -> Contraction:
-    comps = _computes(tree.body, [])
-    if len(comps) != 1:
-        _no(f"has {len(comps)} statements (one contraction expected)")
-    st = comps[0]
+    bufs = {b.name: b for b in tree.buffers}
+    loops, st = _contraction(tree, bufs)
     if st.reduce != "add" or st.init is None:
         _no(f"reduces with {st.reduce!r}, init {st.init!r} (a sum from zero or a bias expected)")
     init = None if st.init == "identity" else st.init
     e = st.expr
     if not (isinstance(e, Binary) and e.op == "mul" and isinstance(e.a, Load) and isinstance(e.b, Load)):
         _no("does not multiply two loads")
-    bufs = {b.name: b for b in tree.buffers}
     for b in tree.buffers:
         row_major = tuple(int(x) for x in _row_major(b.shape))
         if b.strides and tuple(b.strides) != row_major:
@@ -110,10 +109,46 @@ def match(tree: LoopTree) -> Contraction:
         con = _conv(st, x, w, oidx, dims, bufs, out)
     else:
         _no(f"writes a {len(oidx)}-d output")
-    con = replace(con, init=init)
+    con = replace(con, init=init, loops=loops, tensorize=st.tensorize)
     _check_post(init, con, bufs, oidx[-1])
     _check_post(st.post, con, bufs, oidx[-1])
     return con
+
+
+def _contraction(tree: LoopTree, bufs) -> tuple[tuple[Loop, ...], Compute]:
+    """The one reduction statement and its loops, its reads of staged copies replaced by what
+    the copies read (a copy `T[f] = X[g]` read back as `T[f]`, at the index it was written, is
+    `X[g]`)."""
+    stmts = list(tree.computes())
+    copies = {s.out.buffer: s for _, s in stmts if _is_copy(s, bufs)}
+    rest = [(loops, s) for loops, s in stmts if s.out.buffer not in copies]
+    if len(rest) != 1:
+        _no(f"has {len(rest)} statements besides staged copies (one contraction expected)")
+    loops, st = rest[0]
+    if not copies:
+        return loops, st
+
+    def through(e):
+        if isinstance(e, Load) and e.access.buffer in copies:
+            copy = copies[e.access.buffer]
+            if e.access.index != copy.out.index:
+                _no(f"reads its copy {e.access.buffer} at [{', '.join(map(str, e.access.index))}], not where "
+                    f"the copy wrote it")
+            return through(copy.expr)
+        if isinstance(e, Unary):
+            return Unary(e.op, through(e.x))
+        if isinstance(e, Binary):
+            return Binary(e.op, through(e.a), through(e.b))
+        return e
+    init = st.init if st.init in (None, "identity") else through(st.init)
+    post = None if st.post is None else through(st.post)
+    return loops, replace(st, expr=through(st.expr), init=init, post=post)
+
+
+def _is_copy(s: Compute, bufs) -> bool:
+    """A staged copy (copy_input): a temporary assigned a load, nothing else."""
+    return (s.reduce is None and isinstance(s.expr, Load) and s.post is None and s.requant is None
+            and bufs[s.out.buffer].kind == "temp")
 
 
 def _row_major(shape):
@@ -141,7 +176,7 @@ def _gemm(st, x, w, oidx, dims, bufs, out) -> Contraction:
     else:
         _no(f"indexes B as [{', '.join(wi)}] (expected [{k}, {n}] or [{n}, {k}])")
     return Contraction(dims[m], dims[n], dims[k], bufs[x.buffer].dtype, out.dtype, x.buffer, w.buffer,
-                       out.name, kmajor, st.post)
+                       out.name, kmajor, st.post, rows=(m,), col=n, red=(k,))
 
 
 def _conv(st, x, w, oidx, dims, bufs, out) -> Contraction:
@@ -178,7 +213,8 @@ def _conv(st, x, w, oidx, dims, bufs, out) -> Contraction:
     if xs[-1] != dims[c]:
         _no("reads a part of the input channels")
     return Contraction(batch * dims[oh] * dims[ow], dims[n], dims[r] * dims[s] * dims[c], xb.dtype, out.dtype,
-                       x.buffer, w.buffer, out.name, True, st.post, conv=geom)
+                       x.buffer, w.buffer, out.name, True, st.post, conv=geom,
+                       rows=tuple(oidx[:-1]), col=n, red=(r, s, c))
 
 
 def bias_loads(*exprs) -> list[Load]:

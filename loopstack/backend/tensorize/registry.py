@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ...dtypes import DTYPES
 from ...errors import ScheduleError, UnsupportedError
+from ...isa.ptx.mma import MMA_SHAPES, MmaShape
 from ...looptree.ir import LoopTree
 from .describe import dot_desc, mma_desc, tile_desc
 
@@ -120,6 +121,14 @@ def _amx(mnemonic: str, a_dtype: str, b_dtype: str) -> TensorInstr:
                        (("acc", "tmm1"), ("a", "tmm2"), ("b", "tmm3")),
                        f"{a_dtype} x {b_dtype} tiles", strided=frozenset({("a", "m"), ("b", "k"), ("acc", "m")}))
 
+def _mma(row: MmaShape) -> TensorInstr:
+    """A tensor-core form, from its row in the PTX backend's table (isa/ptx/mma.py): the name
+    a schedule's `tensorize` gives ("mma.m16n8k16.f16"), one warp's m x n x k tile."""
+    ab, acc = row.dtypes
+    return TensorInstr(f"mma.{row.shape}.{row.ab}", "ptx", frozenset({"sm_80"}),
+                       mma_desc(row.m, row.n, row.k, ab, ab, acc), row.opcode(), 0, _MMA_OPERANDS)
+
+
 REGISTRY: tuple[TensorInstr, ...] = tuple(
     _x86_dot("vpdpbusd.zmm", "vpdpbusd", 512, {"avx512_vnni"})
     + _x86_dot("vpdpbusd.ymm", "vpdpbusd", 256, {"avx512_vnni", "avx512vl"})
@@ -142,12 +151,7 @@ REGISTRY: tuple[TensorInstr, ...] = tuple(
     + _a64_dot(True) + _a64_dot(False)
     + [_amx("tdpbusd", "uint8", "int8"), _amx("tdpbssd", "int8", "int8"),
        _amx("tdpbsud", "int8", "uint8"), _amx("tdpbuud", "uint8", "uint8")]
-    + [
-        TensorInstr("mma.m16n8k16.f16", "ptx", frozenset({"sm_80"}), mma_desc(16, 8, 16, "float16", "float16",
-                    "float32"), "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 0, _MMA_OPERANDS),
-        TensorInstr("mma.m16n8k32.s8", "ptx", frozenset({"sm_80"}), mma_desc(16, 8, 32, "int8", "int8", "int32"),
-                    "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", 0, _MMA_OPERANDS),
-    ]
+    + [_mma(row) for row in MMA_SHAPES]
 )
 
 _BY_NAME = {t.name: t for t in REGISTRY}
