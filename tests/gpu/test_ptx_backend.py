@@ -6,6 +6,7 @@ import loopstack as lt
 from loopstack.backend.ptx import GpuSchedule, GpuTarget, compile_ptx
 from loopstack.errors import ScheduleError, UnsupportedError
 from loopstack.isa.ptx import ptxas
+from loopstack.isa.ptx.mma import mma_for
 
 from gpu_programs import conv, gemm
 
@@ -90,12 +91,15 @@ def test_every_kernel_assembles_for_sm80_and_sm90(kernels):
 
 @needs_ptxas
 def test_the_benchmark_kernels_do_not_spill():
-    """GEMM 4096^3 and CONV-1..4 with the default knobs and with the model's picks: no register
-    spills (ptxas -v), which would put local-memory traffic into the main loop."""
+    """GEMM 4096^3 (f16; int8 with B [k, n], which is transposed in shared memory, and [n, k])
+    and CONV-1..4 (f16; CONV-2 in int8) with the default knobs and with the model's picks: no
+    register spills (ptxas -v), which would put local-memory traffic into the main loop."""
     from loopstack.tune.gpu import tune_gpu
     trees = []
-    C, _, _ = gemm(4096, 4096, 4096, "float16", None)
-    trees.append(C.loop_tree.lower())
+    for dtype, b_transposed in (("float16", False), ("int8", False), ("int8", True)):
+        C, _, _ = gemm(4096, 4096, 4096, dtype, None, b_transposed=b_transposed)
+        trees.append(C.loop_tree.lower())
+    trees.append(conv(32, 28, 128, 256, "int8", None)[0].loop_tree.lower())
     for c, k, h in ((64, 128, 56), (128, 256, 28), (256, 512, 14), (512, 512, 7)):
         Y, _, _ = conv(32, h, c, k, "float16", None)
         trees.append(Y.loop_tree.lower())
@@ -175,3 +179,16 @@ def test_contractions_the_kernels_cannot_map_are_refused_with_the_reason():
     # A times its own transpose: one array read as both operands
     k = lt.compile(case(lambda s: (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(a).to(s.n, s.k)).sum(s.k)), target="sm_90")
     assert not k.contraction.b_kmajor and k.contraction.n == 32
+
+
+def test_an_int8_b_stored_k_major_is_transposed_in_shared_memory_not_gathered():
+    """ldmatrix cannot transpose bytes: each k-step's B tile is turned into [n][k] rows with
+    4-byte words and prmt, then read by ldmatrix like a B stored [n, k]."""
+    C, _, _ = gemm(4096, 4096, 4096, "int8", None)
+    kern = lt.compile(C, target="sm_90")
+    loop = kern.ptx[kern.ptx.index("$L_k"):]
+    loop = loop[:loop.index("bra.uni $L_k")]
+    assert "ld.shared.u8" not in loop and loop.count("prmt.b32") == 8 * loop.count("st.shared.b32") // 4
+    s = kern.schedule                                   # ldmatrix of A and of B, as for a B stored [n, k]
+    assert loop.count("ldmatrix") == s.CHUNK * (s.WARP_ROW_TILES + s.WARP_COL_TILES)
+    assert kern.shared_bytes == s.shared_bytes(mma_for("int8"), True) > s.stages * sum(s.stage_bytes(mma_for("int8")))

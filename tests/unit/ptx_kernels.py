@@ -49,6 +49,40 @@ DONE:
 }
 """
 
+# Byte permutes: out[4i + j] = prmt.b32(a[i], b[i], sel_j), four selectors (one a register);
+# their nibbles pick bytes of {b, a} or, with the high bit set, replicate a byte's sign.
+PRMT = HEADER + """
+.visible .entry prmt(.param .u64 a, .param .u64 b, .param .u64 sel, .param .u64 out)
+{
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<10>;
+
+    ld.param.u64 %rd1, [a];
+    ld.param.u64 %rd2, [b];
+    ld.param.u64 %rd3, [sel];
+    ld.param.u64 %rd4, [out];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd5, %r1, 4;
+    add.s64 %rd6, %rd1, %rd5;
+    add.s64 %rd7, %rd2, %rd5;
+    add.s64 %rd8, %rd3, %rd5;
+    ld.global.b32 %r2, [%rd6];
+    ld.global.b32 %r3, [%rd7];
+    ld.global.b32 %r4, [%rd8];
+    prmt.b32 %r5, %r2, %r3, 0x5140;
+    prmt.b32 %r6, %r2, %r3, 0x7362;
+    prmt.b32 %r7, %r2, %r3, 0xC8A3;
+    prmt.b32 %r8, %r2, %r3, %r4;
+    mul.wide.u32 %rd5, %r1, 16;
+    add.s64 %rd9, %rd4, %rd5;
+    st.global.b32 [%rd9], %r5;
+    st.global.b32 [%rd9+4], %r6;
+    st.global.b32 [%rd9+8], %r7;
+    st.global.b32 [%rd9+12], %r8;
+    ret;
+}
+"""
+
 # Divergence: odd threads take one path, even threads split again; then a loop whose trip count
 # is tid % 5; threads with tid % 7 == 6 exit before storing.
 #   x = odd ? 3*tid : (tid & 2 ? tid + 100 : -tid);  for i in range(tid % 5): x += i;  out[tid] = x

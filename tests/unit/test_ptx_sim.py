@@ -137,6 +137,31 @@ def test_integer_semantics_wrap_like_the_hardware(seed):
     np.testing.assert_array_equal(wide.reshape(n, 6), ref_wide)
 
 
+def _prmt(a: int, b: int, sel: int) -> int:
+    """prmt.b32's default mode, byte by byte from the PTX ISA's description."""
+    pair = a | (b << 32)
+    out = 0
+    for i in range(4):
+        nib = (sel >> (4 * i)) & 0xF
+        byte = (pair >> (8 * (nib & 7))) & 0xFF
+        if nib & 8:
+            byte = 0xFF if byte & 0x80 else 0
+        out |= byte << (8 * i)
+    return out
+
+
+@settings(max_examples=10)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_prmt_picks_and_sign_replicates_bytes(seed):
+    rng = np.random.default_rng(seed)
+    n = 64
+    a, b, sel = (rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for _ in range(3))
+    out = np.zeros(n * 4, np.uint32)
+    launch(K.PRMT, "prmt", grid=(1,), block=(n,), args=[a, b, sel, out])
+    want = [[_prmt(int(x), int(y), s) for s in (0x5140, 0x7362, 0xC8A3, int(z))] for x, y, z in zip(a, b, sel)]
+    np.testing.assert_array_equal(out.reshape(n, 4), np.array(want, np.uint32))
+
+
 def _nearest(exact: Fraction, dtype) -> float:
     """The value of numpy float `dtype` nearest `exact`, ties to even (an independent oracle)."""
     f = dtype(float(exact))

@@ -29,7 +29,8 @@ def schedule_text(kernel) -> str:
         what = f"GEMM {c.m}x{c.n}x{c.k}, B {'[k, n]' if c.b_kmajor else '[n, k]'}"
     k_steps = -(-c.k // bk) if not (c.conv is not None and s.REORDER_INNER) else \
         c.conv.r * c.conv.s * (c.conv.c // bk)
-    b_load = "ldmatrix.trans" if c.b_kmajor and mma.ab_bytes == 2 else "byte gather" if c.b_kmajor else "ldmatrix"
+    b_load = ("ldmatrix.trans" if c.b_kmajor and mma.ab_bytes == 2 else
+              "ldmatrix (of B transposed in shared memory)" if c.b_kmajor else "ldmatrix")
     rows = [
         f"// {what}; {c.dtype} -> {c.out_dtype}, {mma.acc} accumulators",
         f"// grid {e.grid} x {e.block[0]} threads, {e.shared_bytes} bytes of shared memory",

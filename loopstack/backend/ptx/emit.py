@@ -71,7 +71,12 @@ class GemmEmitter:
         self.n_exact = con.n % self.bn == 0
         self.k_exact = con.k % self.bk == 0 or bool(conv is not None and sched.REORDER_INNER)
         self.stage_bytes = self.ta.bytes + self.tb.bytes
-        self.shared_bytes = sched.stages * self.stage_bytes
+        # an 8-bit k-major B is transposed into [n][k] rows once per k-step (ldmatrix moves
+        # 16-bit elements: it can transpose f16 but not bytes); the copy lies after the stages
+        self.tt_stride = self.bk * es + SMEM_PAD
+        self.tt_offset = sched.stages * self.stage_bytes
+        self.transposes_b = con.b_kmajor and es == 1
+        self.shared_bytes = sched.shared_bytes(mma, con.b_kmajor)
         out_elems = con.m * con.n
         for nbytes in (con.m * con.k * es, con.k * con.n * es, out_elems * 4):
             if nbytes > MAX_OFFSET:
@@ -300,21 +305,26 @@ class GemmEmitter:
             k_row = self.mad(q_lo, 8, r8)
             n_col = self.mad(q_hi, 8, warp_n)
             self.b_lane = self.mad(k_row, self.tb.stride, self.op3("mul.lo.u32", n_col, self.es))
-        elif self.c.b_kmajor:
-            # s8 with k-major B: ldmatrix cannot transpose bytes; each lane gathers its 4 bytes
-            g = self.op3("shr.u32", lane, 2)
-            t = self.op3("and.b32", lane, 3)
-            self.b_lane = self.mad(self.op3("mul.lo.u32", t, 4), self.tb.stride, self.op3("add.u32", warp_n, g))
         else:
-            # B rows are n: matrix q covers n rows (q>>1)*8.., bytes (q&1)*16..
+            # B rows are n (as stored, or the transposed copy of an 8-bit k-major B): matrix q
+            # covers n rows (q>>1)*8.., bytes (q&1)*16..
+            stride = self.tt_stride if self.transposes_b else self.tb.stride
             n_row = self.mad(q_hi, 8, self.op3("add.u32", warp_n, r8))
-            self.b_lane = self.mad(n_row, self.tb.stride, self.op3("mul.lo.u32", q_lo, 16))
+            self.b_lane = self.mad(n_row, stride, self.op3("mul.lo.u32", q_lo, 16))
+        if self.transposes_b:
+            self._transpose_setup()
 
     def _compute_stage(self, stage: Reg):
         k, s, mma = self.k, self.s, self.mma
         base = self.mad(stage, self.stage_bytes, self.smem)
         a_addr = self.op3("add.u32", base, self.a_lane)
-        b_addr = self.op3("add.u32", self.op3("add.u32", base, self.ta.bytes), self.b_lane)
+        b_tile = self.op3("add.u32", base, self.ta.bytes)
+        b_stride = self.tb.stride
+        if self.transposes_b:
+            self._transpose_b(b_tile)
+            k.bar_sync()              # every warp reads rows of the copy other warps wrote
+            b_tile, b_stride = self.op3("add.u32", self.smem, self.tt_offset), self.tt_stride
+        b_addr = self.op3("add.u32", b_tile, self.b_lane)
         kbytes = mma.k * self.es                    # bytes of one k-step in a row (32)
         for kk in range(s.CHUNK):
             afr = []
@@ -325,32 +335,58 @@ class GemmEmitter:
             bfr = []      # two n8 fragments per 16-wide tile
             for j in range(s.WARP_COL_TILES):
                 regs = k.regs("b32", 4)
-                if self.c.b_kmajor and self.es == 2:
-                    k.ldmatrix(regs, Addr(b_addr, kk * mma.k * self.tb.stride + j * 16 * self.es), trans=True)
-                elif self.c.b_kmajor:
-                    self._gather_b_s8(regs, b_addr, kk * mma.k * self.tb.stride + j * 16)
+                if self.c.b_kmajor and not self.transposes_b:
+                    k.ldmatrix(regs, Addr(b_addr, kk * mma.k * b_stride + j * 16 * self.es), trans=True)
                 else:
-                    k.ldmatrix(regs, Addr(b_addr, j * 16 * self.tb.stride + kk * kbytes))
+                    k.ldmatrix(regs, Addr(b_addr, j * 16 * b_stride + kk * kbytes))
                 bfr += [regs[0:2], regs[2:4]]
             for i in range(s.WARP_ROW_TILES):
                 for jj in range(2 * s.WARP_COL_TILES):
                     acc = self.acc[i][jj]
                     k.mma(mma, acc, afr[i], bfr[jj], acc)
 
-    def _gather_b_s8(self, regs, b_addr: Reg, off: int):
-        """B fragments of a 32x16 s8 tile stored k-major: reg 2h+r holds k = 4t+q+16r, n = g+8h."""
-        k, stride = self.k, self.tb.stride
-        for h in range(2):
-            for r in range(2):
-                dst = regs[2 * h + r]
-                for q in range(4):
-                    byte = self.k.reg("u32")
-                    k.ins("ld.shared.u8", byte, Addr(b_addr, off + (q + 16 * r) * stride + 8 * h))
-                    if q == 0:
-                        k.ins("mov.b32", dst, byte)
-                    else:
-                        k.ins("shl.b32", byte, byte, 8 * q)
-                        k.ins("or.b32", dst, dst, byte)
+    def _transpose_setup(self):
+        """Per 4 x 4-byte block of the 8-bit k-major B tile a thread transposes (see _transpose_b):
+        whether it exists, its offset in a stage's B tile and its address in the [n][k] copy.
+        Consecutive threads take 4 k-blocks of 8 n-blocks, so a warp's reads fall in 16 banks and
+        its writes in 8 (rows are 16-byte multiples, ldmatrix's alignment)."""
+        threads = self.s.threads
+        kb4, nb4 = self.bk // 4, self.bn // 4
+        blocks = kb4 * nb4
+        tt = self.op3("add.u32", self.smem, self.tt_offset)
+        self.tt_blocks = []
+        for i in range(-(-blocks // threads)):
+            b = self.op3("add.u32", self.tid, i * threads)
+            live = self.pred("lt", b, blocks) if (i + 1) * threads > blocks else None
+            rest = self.op3("shr.u32", b, 2)
+            nb = self.op3("and.b32", rest, nb4 - 1)
+            kb = self.op3("or.b32", self.op3("and.b32", b, 3),
+                          self.op3("shl.b32", self.op3("shr.u32", rest, nb4.bit_length() - 1), 2))
+            src = self.mad(kb, 4 * self.tb.stride, self.op3("mul.lo.u32", nb, 4))     # row 4kb, byte 4nb
+            dst = self.mad(nb, 4 * self.tt_stride, self.mad(kb, 4, tt))              # row 4nb, byte 4kb
+            self.tt_blocks.append((live, src, dst))
+
+    def _transpose_b(self, b_tile: Reg):
+        """The stage's 8-bit B tile, k-major (BK rows of BN bytes), into the [n][k] copy that
+        ldmatrix reads: per block of 4 k x 4 n bytes, four words read down k, transposed with
+        eight prmt, written as four words along n."""
+        k = self.k
+        for live, src_off, dst in self.tt_blocks:
+            src = self.op3("add.u32", b_tile, src_off)
+            w = [k.reg("b32") for _ in range(4)]
+            for r, reg in enumerate(w):                  # w[r] byte j = B[4kb + r][4nb + j]
+                k.ins("ld.shared.b32", reg, Addr(src, r * self.tb.stride), pred=live)
+            pairs = [self._prmt(w[0], w[1], 0x5140, live), self._prmt(w[0], w[1], 0x7362, live),
+                     self._prmt(w[2], w[3], 0x5140, live), self._prmt(w[2], w[3], 0x7362, live)]
+            for j in range(4):                           # word j byte r = B[4kb + r][4nb + j]
+                lo, hi = pairs[j // 2], pairs[2 + j // 2]
+                out = self._prmt(lo, hi, 0x7632 if j % 2 else 0x5410, live)
+                k.ins("st.shared.b32", Addr(dst, j * self.tt_stride), out, pred=live)
+
+    def _prmt(self, a: Reg, b: Reg, selector: int, pred) -> Reg:
+        r = self.k.reg("b32")
+        self.k.ins("prmt.b32", r, a, b, selector, pred=pred)
+        return r
 
     def _main_loop(self):
         """The software pipeline: stages-1 k-steps in flight while one is multiplied."""

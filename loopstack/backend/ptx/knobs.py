@@ -76,8 +76,13 @@ class GpuSchedule:
         b = bk * (self.bn * es + SMEM_PAD) if b_kmajor else self.bn * (bk * es + SMEM_PAD)
         return a, b
 
+    def transposed_b_bytes(self, mma, b_kmajor: bool = True) -> int:
+        """Bytes of the [n][k] copy of an 8-bit k-major B tile (ldmatrix cannot transpose bytes:
+        the k-step's tile is transposed once in shared memory, see emit.py); 0 where none is made."""
+        return self.bn * (self.bk(mma) + SMEM_PAD) if b_kmajor and mma.ab_bytes == 1 else 0
+
     def shared_bytes(self, mma, b_kmajor: bool = True) -> int:
-        return self.stages * sum(self.stage_bytes(mma, b_kmajor))
+        return self.stages * sum(self.stage_bytes(mma, b_kmajor)) + self.transposed_b_bytes(mma, b_kmajor)
 
     def check(self, mma=None, target: str = "sm_90", b_kmajor: bool = True, conv=None) -> "GpuSchedule":
         """Raise ScheduleError naming the knob whose value cannot be compiled."""

@@ -62,8 +62,11 @@ def predict_seconds(con: Contraction, s: GpuSchedule, model: GpuModel = H100) ->
     rate = model.mma_flops_per_sm_cycle[mma.ab] * model.clock_ghz * 1e9
     # ldmatrix per mma: a warp tile of r x c 16x16 tiles loads r + c fragments for 2rc mmas
     issue = 1.0 + 0.5 * (s.WARP_ROW_TILES + s.WARP_COL_TILES) / (2 * s.WARP_ROW_TILES * s.WARP_COL_TILES)
-    if mma.ab == "s8" and con.b_kmajor:
-        issue += 1.5     # B gathered byte by byte: 16 shared loads per 32x8 fragment instead of one ldmatrix
+    if s.transposed_b_bytes(mma, con.b_kmajor):
+        # a k-major 8-bit B is transposed in shared memory each k-step: about 20 instructions
+        # per 4x4 bytes (4 loads, 8 prmt, 4 stores, addressing) at a quarter of an ldmatrix's weight
+        per_warp = 20 * (s.bk(mma) * s.bn // 16) / s.threads
+        issue += 0.25 * per_warp / (2 * s.WARP_ROW_TILES * s.WARP_COL_TILES * s.CHUNK)
     resident_warps = per_sm * s.warps
     latency = 1.0 if resident_warps >= 8 else 1.0 + (8 - resident_warps) / 8
     overlap = {1: 1.6, 2: 1.1, 3: 1.0, 4: 1.0}[s.stages]

@@ -148,6 +148,7 @@ FORMS: dict[str, Form] = {f.op: f for f in (
     Form("shl", (), BITS, "dss"),
     Form("shr", (), BITS + INT, "dss"),
     Form("selp", (), INT + BITS + FLOAT, "dssq"),
+    Form("prmt", (), ("b32",), "dsss"),          # the default mode: four selector nibbles
     Form("setp", (CMP, ("", "and", "or")), INT + FLOAT + BITS, "pss"),
     Form("cvt", (("", "rn", "rz", "rni", "rzi", "rmi", "rpi"), ("", "sat")),
          ("f32", "f16", "bf16", "s32", "u32", "s8", "u8", "s16", "u16", "s64", "u64", "f16x2", "bf16x2"),

@@ -173,6 +173,31 @@ def binary(instr, B):
     return run
 
 
+@builder("prmt")
+def permute(instr, B):
+    """prmt.b32 d, a, b, c: byte i of d is byte c[4i+2:4i] of {b, a} (a the low word), or, where
+    c[4i+3] is set, that byte's sign bit replicated (PTX ISA, prmt's default mode)."""
+    types, flags = types_and_flags(instr)
+    if [t.name for t in types] != ["b32"] or flags:
+        unsupported(instr, "only the default mode of prmt.b32")
+    operand_count(instr, 4)
+    u32 = TYPES["u32"]
+    ra, rb, rc = (B.ops.reader(instr, o, u32) for o in instr.operands[1:])
+    w = B.ops.writer(instr, instr.operands[0], u32)
+
+    def run(mask):
+        pair = np.asarray(ra()).astype(np.uint64) | (np.asarray(rb()).astype(np.uint64) << np.uint64(32))
+        sel = np.asarray(rc()).astype(np.uint64)
+        out = np.zeros(pair.shape, np.uint64)
+        for i in range(4):
+            nib = (sel >> np.uint64(4 * i)) & np.uint64(0xF)
+            byte = (pair >> (np.uint64(8) * (nib & np.uint64(7)))) & np.uint64(0xFF)
+            sign = np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0))
+            out |= np.where(nib & np.uint64(8), sign, byte) << np.uint64(8 * i)
+        w(out.astype(np.uint32), mask)
+    return run
+
+
 @builder("mad", "fma")
 def ternary(instr, B):
     types, flags = types_and_flags(instr)
