@@ -94,6 +94,16 @@ def test_conv_matches_numpy(dtype, batch, h, c, kout, stride, pad, sched, seed):
     _run(Y, arrays, ref, GpuTarget("sm_80", sched), dtype, 9 * c)
 
 
+@pytest.mark.parametrize("c", [64, 48])
+@pytest.mark.parametrize("dtype", ["float16", "int8"])
+def test_conv_k_steps_within_one_tap_and_across_taps(dtype, c):
+    """A k-step of 32 channels lies within one filter tap when it divides C (64: the tap's
+    (r, s) is computed once per k-step) and straddles two taps when it does not (48)."""
+    Y, arrays, ref = conv(2, 6, c, 24, dtype, np.random.default_rng(c), stride=2, pad=1)
+    chunk = 1 if dtype == "int8" else 2                                  # BK = 32 either way
+    _run(Y, arrays, ref, GpuTarget("sm_90", GpuSchedule(2, 1, 1, 2, chunk, 0, 2)), dtype, 9 * c)
+
+
 OUT_TYPES = {"float16": ["float32", "float16"], "bfloat16": ["float32", "bfloat16"], "int8": ["int32", "int8"]}
 
 

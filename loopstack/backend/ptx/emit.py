@@ -251,6 +251,8 @@ class GemmEmitter:
         base = self.mad(stage, self.stage_bytes, self.smem)
         b_base = self.op3("add.u32", base, self.ta.bytes)
         k0 = self._k_origin(kt)
+        # a k-step within one filter tap (BK divides C): its (r, s) and first channel, once
+        window = self._conv_tap(k0) if c.conv is not None and c.conv.c % self.bk == 0 else None
         # A: rows are m, columns are k
         for ch in self.a_chunks:
             kk = self.op3("add.u32", k0, ch["col_e"])
@@ -258,7 +260,7 @@ class GemmEmitter:
                 ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
                 off = self.select(self.op3("mul.lo.u32", kk, self.es), 0, ok)
             else:
-                ok, off = self._conv_a_offset(ch, kk)
+                ok, off = self._conv_a_offset(ch, kk, window)
             self._copy(self.ta, ch, base, self.wide(ch["base"], off), ok)
         # B: rows are k (k-major) or n
         for ch in self.b_chunks:
@@ -272,14 +274,25 @@ class GemmEmitter:
                 off = self.select(self.op3("mul.lo.u32", kk, self.es), 0, ok)
             self._copy(self.tb, ch, b_base, self.wide(ch["base"], off), ok)
 
-    def _conv_a_offset(self, ch, kk: Reg):
-        """Bounds and byte offset of input element (ih0 + r, iw0 + s, c) for reduction index kk."""
+    def _conv_tap(self, k0: Reg):
+        """(first channel, r, s) of the k-step starting at reduction index k0."""
+        g = self.c.conv
+        rs = self.op3("div.u32", k0, g.c)
+        return (self.op3("rem.u32", k0, g.c), self.op3("div.u32", rs, g.s), self.op3("rem.u32", rs, g.s))
+
+    def _conv_a_offset(self, ch, kk: Reg, window=None):
+        """Bounds and byte offset of input element (ih0 + r, iw0 + s, c) for reduction index kk
+        (`window`: the k-step's (first channel, r, s), when the whole k-step has one (r, s))."""
         g, c = self.c.conv, self.c
         ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
-        ci = self.op3("rem.u32", kk, g.c)
-        rs = self.op3("div.u32", kk, g.c)
-        r = self.op3("div.u32", rs, g.s)
-        sx = self.op3("rem.u32", rs, g.s)
+        if window is None:
+            ci = self.op3("rem.u32", kk, g.c)
+            rs = self.op3("div.u32", kk, g.c)
+            r = self.op3("div.u32", rs, g.s)
+            sx = self.op3("rem.u32", rs, g.s)
+        else:
+            c0, r, sx = window
+            ci = self.op3("add.u32", c0, ch["col_e"])
         ih = self.op3("add.s32", ch["ih0"], r)
         iw = self.op3("add.s32", ch["iw0"], sx)
         ok = self.pand(ok, self.pred("lt", ih, g.h))        # unsigned: a negative row is huge
@@ -440,8 +453,13 @@ class GemmEmitter:
         if ot is None:
             raise UnsupportedError(f"GPU kernels store float32, float16, bfloat16, int32 or int8, not {c.out_dtype}")
         osz = {"f32": 4, "s32": 4, "f16": 2, "bf16": 2, "s8": 1}[ot]
-        out = self.ptrs[c.out]
+        # the thread's first element; every other one lies a constant number of bytes past it
+        # (the output's shape is the kernel's), so a store is [base + immediate]: fewer
+        # instructions for the driver's JIT to compile
+        base = self.wide(self.ptrs[c.out], self.mad(row0, c.n * osz, self.op3("mul.lo.u32", col0, osz)))
         pair = c.n % 2 == 0           # col is even: both elements in bounds or neither
+        rows = [None if self.m_exact else self.below(self.op3("add.u32", row0, r), c.m, False)
+                for r in range(0, 16 * s.WARP_ROW_TILES, 8)]
         for jj in range(2 * s.WARP_COL_TILES):
             col = self.op3("add.u32", col0, jj * 8)
             cok = [self.below(col, c.n, self.n_exact), self.below(col, c.n - 1, self.n_exact)]
@@ -450,12 +468,11 @@ class GemmEmitter:
                 loads[ld] = [self._load_vec(ld, col, e, cok[e]) for e in range(2)]
             for i in range(s.WARP_ROW_TILES):
                 for h in range(2):
-                    row = self.op3("add.u32", row0, i * 16 + 8 * h)
-                    rok = self.below(row, c.m, self.m_exact)
+                    rok = rows[2 * i + h]
                     vals = [self._value(self.acc[i][jj][2 * h + e], ot, {ld: v[e] for ld, v in loads.items()})
                             for e in range(2)]
-                    addr = self.wide(out, self.mad(row, c.n * osz, self.op3("mul.lo.u32", col, osz)))
-                    self._store(ot, addr, vals, [self.pand(rok, cok[0]), self.pand(rok, cok[1])], pair)
+                    at = ((i * 16 + 8 * h) * c.n + jj * 8) * osz
+                    self._store(ot, base, at, vals, [self.pand(rok, cok[0]), self.pand(rok, cok[1])], pair)
 
     def _load_vec(self, ld: Load, col: Reg, e: int, ok: Reg):
         """Element col+e of an epilogue vector (bias), as the epilogue's compute type."""
@@ -559,29 +576,28 @@ class GemmEmitter:
         k.ins(f"{op}.{ct}", r, a, b)
         return r
 
-    def _store(self, ot: str, addr: Reg, vals: list[Reg], oks: list[Reg], pair: bool):
+    def _store(self, ot: str, addr: Reg, at: int, vals: list[Reg], oks: list[Reg], pair: bool):
+        """Two adjacent output elements at byte `at` past `addr`."""
         k = self.k
         if ot in ("f16", "bf16"):
-            hs = []
-            for v in vals:
-                h = k.reg("b16")
-                k.ins(f"cvt.rn.{ot}.f32", h, v if v.type == "f32" else self._cvt(v, "f32"))
-                hs.append(h)
-            if pair:
+            fs = [v if v.type == "f32" else self._cvt(v, "f32") for v in vals]
+            if pair:                  # one conversion packs both: the second element is the upper half
                 w = k.reg("b32")
-                k.ins("mov.b32", w, Vec(tuple(hs)))
-                k.ins("st.global.b32", Addr(addr), w, pred=oks[0])
-            else:
-                for e in range(2):
-                    k.ins("st.global.b16", Addr(addr, 2 * e), hs[e], pred=oks[e])
+                k.ins(f"cvt.rn.{ot}x2.f32", w, fs[1], fs[0])
+                k.ins("st.global.b32", Addr(addr, at), w, pred=oks[0])
+                return
+            for e, f in enumerate(fs):
+                h = k.reg("b16")
+                k.ins(f"cvt.rn.{ot}.f32", h, f)
+                k.ins("st.global.b16", Addr(addr, at + 2 * e), h, pred=oks[e])
             return
         if ot == "s8":               # st.s8 stores the low byte: int8 wraps, as C's conversion does
             for e, v in enumerate(vals):
-                k.ins("st.global.s8", Addr(addr, e), v if v.type == "s32" else self._cvt(v, "s32"), pred=oks[e])
+                k.ins("st.global.s8", Addr(addr, at + e), v if v.type == "s32" else self._cvt(v, "s32"), pred=oks[e])
             return
         vals = [v if v.type == ot else self._cvt(v, ot) for v in vals]
         if pair:
-            k.ins(f"st.global.v2.{ot}", Addr(addr), Vec(tuple(vals)), pred=oks[0])
+            k.ins(f"st.global.v2.{ot}", Addr(addr, at), Vec(tuple(vals)), pred=oks[0])
         else:
             for e in range(2):
-                k.ins(f"st.global.{ot}", Addr(addr, 4 * e), vals[e], pred=oks[e])
+                k.ins(f"st.global.{ot}", Addr(addr, at + 4 * e), vals[e], pred=oks[e])

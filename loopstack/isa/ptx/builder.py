@@ -198,6 +198,8 @@ def check(opcode: str, operands: tuple) -> Form:
         if "" not in g:
             raise EncodingError(f"{opcode}: needs one of .{', .'.join(g)}")
     kinds = form.operands + ("q" if form.op == "setp" and ("and" in mods or "or" in mods) else "")
+    if form.op == "cvt" and types[:1] in (["f16x2"], ["bf16x2"]):
+        kinds = "dss"       # cvt.rn.f16x2.f32 d, a, b packs two: a into the upper half, b the lower
     if len(operands) != len(kinds):
         raise EncodingError(f"{opcode}: {len(kinds)} operands expected, {len(operands)} given")
     vec = next((int(m[1]) for m in mods if m in ("v2", "v4")), 0)
