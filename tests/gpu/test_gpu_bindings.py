@@ -48,6 +48,8 @@ def test_bound_gemm_loops_state_the_knobs_and_the_kernel_agrees(dtype, more, sch
     kern = lt.compile(C, target=GpuTarget.of(arch, stages=sched.stages))
     assert kern.schedule == sched
     assert kern.ptx == by_knobs.ptx
+    assert "stated by the tree's loops: L0 (" in kern.schedule_text()
+    assert "stated by" not in by_knobs.schedule_text()
     if has_sim:
         _agrees(_simulated(kern, arrays, (m, n)), ref(), k)
 

@@ -35,6 +35,10 @@ def schedule_text(kernel) -> str:
         f"// {what}; {c.dtype} -> {c.out_dtype}, {mma.acc} accumulators",
         f"// grid {e.grid} x {e.block[0]} threads, {e.shared_bytes} bytes of shared memory",
     ]
+    from ...looptree.ir import GPU_BINDINGS
+    bound = [f"{lp.var} ({lp.dim}) {kind}" for lp in c.loops for kind in GPU_BINDINGS if kind in lp.annotations]
+    if bound:
+        rows.append(f"// knobs stated by the tree's loops: {', '.join(bound)}")
     depth = 0
     for var, n, bind, note in outer + [("wm", s.BLK_ROW_WARPS, "warp", "BLK_ROW_WARPS"),
                                        ("wn", s.BLK_COL_WARPS, "warp", "BLK_COL_WARPS")]:
