@@ -92,7 +92,7 @@ def bound(tensor, sched, mma_k, m, n, k):
     order = blocks + [("m", sched.BLK_ROW_WARPS, 0), ("n", sched.BLK_COL_WARPS, 0), ("k", *_counts(k, bk)),
                       ("m", sched.WARP_ROW_TILES, 0), ("n", sched.WARP_COL_TILES, 0), ("k", bk, 0),
                       ("m", 16, 0), ("n", 16, 0)]
-    return _bind(tensor, order, ["block", "block", "warp", "warp"])
+    return bind(tensor, order, ["block", "block", "warp", "warp"])
 
 
 def bound_conv(tensor, sched, mma_k, batch, o, c, kout):
@@ -104,16 +104,19 @@ def bound_conv(tensor, sched, mma_k, batch, o, c, kout):
     order = ([("k", *_counts(kout, sched.bn)), ("k", sched.BLK_COL_WARPS, 0), ("b", batch, 0), ("oh", o, 0),
               ("ow", o, 0)] + (step + window if sched.REORDER_INNER else window + step)
              + [("k", sched.WARP_COL_TILES, 0), ("c", bk, 0), ("k", 16, 0)])
-    return _bind(tensor, order, ["block", "warp"])
+    return bind(tensor, order, ["block", "warp"])
 
 
-def _bind(tensor, order, kinds):
+def bind(tensor, order, kinds):
+    """`tensor` with its contraction's loops in `order` (set_order entries), the outermost ones
+    annotated `kinds` in turn ("" leaves a loop as it is)."""
     t = tensor.loop_tree
     product, total = contraction_nodes(t)
     t = t.set_order(product, order).set_order(total, order)
     path = t.path(t.ref_of(total))
     for ref, kind in zip(path, kinds):
-        t = t.annotate(ref, kind)
+        if kind:
+            t = t.annotate(ref, kind)
     return tensor.set(t)
 
 

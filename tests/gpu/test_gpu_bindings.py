@@ -17,7 +17,7 @@ from loopstack.errors import ScheduleError, UnsupportedError
 from loopstack.isa.ptx import ptxas
 from loopstack.isa.ptx.mma import mma_for
 
-from gpu_programs import bound, bound_conv, conv, contraction_nodes, gemm
+from gpu_programs import bind, bound, bound_conv, contraction_nodes, conv, gemm
 
 pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
 has_sim = importlib.util.find_spec("loopstack.isa.ptx.sim") is not None
@@ -116,17 +116,6 @@ def test_a_cpu_schedule_with_staged_copies_compiles_for_the_gpu_unchanged():
 
 # -- refusals, each naming the loop or knob -----------------------------------------------------
 
-def _gemm_order(C, order, kinds):
-    t = C.loop_tree
-    product, total = contraction_nodes(t)
-    t = t.set_order(product, order).set_order(total, order)
-    path = t.path(t.ref_of(total))
-    for ref, kind in zip(path, kinds):
-        if kind:
-            t = t.annotate(ref, kind)
-    return C.set(t)
-
-
 GOOD = [("m", 2, 0), ("n", 2, 0), ("m", 2, 0), ("n", 1, 0), ("k", 2, 0), ("m", 1, 0), ("n", 2, 0), ("k", 32, 0),
         ("m", 16, 0), ("n", 16, 0)]
 GOOD_KINDS = ["block", "block", "warp", "warp"]
@@ -134,7 +123,7 @@ GOOD_KINDS = ["block", "block", "warp", "warp"]
 
 def _refusal(order, kinds, target="sm_90"):
     C, _, _ = gemm(64, 64, 64, "float16", None)
-    _gemm_order(C, order, kinds)
+    bind(C, order, kinds)
     with pytest.raises(ScheduleError) as e:
         lt.compile(C, target=target)
     return str(e.value)
@@ -142,7 +131,7 @@ def _refusal(order, kinds, target="sm_90"):
 
 def test_the_good_order_compiles():
     C, _, _ = gemm(64, 64, 64, "float16", None)
-    _gemm_order(C, GOOD, GOOD_KINDS)
+    bind(C, GOOD, GOOD_KINDS)
     assert lt.compile(C, target="sm_90").schedule.replace(stages=1) == GpuSchedule(2, 1, 1, 2, 2, 0, 1)
 
 
@@ -197,7 +186,7 @@ def test_a_cpu_compile_refuses_loops_bound_to_a_gpu():
                                           ("mma.m16n8k16.bf16", False), ("vpdpbusd.zmm", False)])
 def test_tensorize_names_the_mma_form_of_the_operands(request_, ok):
     C, _, _ = gemm(64, 64, 64, "float16", None)
-    _gemm_order(C, GOOD, GOOD_KINDS)             # a GPU schedule: the request is not checked on the CPU
+    bind(C, GOOD, GOOD_KINDS)             # a GPU schedule: the request is not checked on the CPU
     t = C.loop_tree
     _, total = contraction_nodes(t)
     C.set(t.tensorize(t.ref_of(total), request_))
