@@ -75,8 +75,29 @@ def tree_schedule(con, mma, target: str, given: dict) -> GpuSchedule:
 def _stated(con, mma) -> dict:
     """{knob: (value, the loop that states it)} from the loops; refuses what does not fit."""
     loops = con.loops
+    _check_annotations(con)
+    k_at = next(i for i, lp in enumerate(loops) if lp.dim == con.red[-1])     # the k-step loop
+    stated, bound_at = {}, []
+    for role, d, tile in (("ROW", con.rows[0], mma.m), ("COL", con.col, mma.n)):
+        if con.conv and role == "ROW":
+            continue                # the implicit GEMM's rows: no loop of the tree
+        at, n_warps, warp_tile = _bound(loops, d, role)
+        _check_tile_loops(loops, d, tile, mma, at[-1], k_at)
+        bound_at += at
+        stated[f"BLK_{role}_WARPS"] = (n_warps, f"loops {' / '.join(loops[i].var for i in at)} over {d}")
+        what = "rows" if role == "ROW" else "columns"
+        stated[f"WARP_{role}_TILES"] = (warp_tile // TILE, f"a warp's {warp_tile} {what}")
+    _check_order(con, loops, bound_at, k_at)
+    stated["CHUNK"] = _k_step(con, mma, loops, k_at)
+    stated["REORDER_INNER"] = _reorder(con, loops, k_at)
+    return stated
+
+
+def _check_annotations(con) -> None:
+    """Bound loops split C's rows or columns (a convolution's: its columns); nothing else is a
+    CPU annotation."""
     bound_dims = (con.col,) if con.conv else (con.rows[0], con.col)
-    for lp in loops:
+    for lp in con.loops:
         kinds = lp.annotations & frozenset(GPU_BINDINGS)
         if kinds and lp.dim not in bound_dims:
             kind = sorted(kinds)[0]
@@ -90,54 +111,53 @@ def _stated(con, mma) -> dict:
         if extra:
             raise ScheduleError(f"loop {lp.var} over {lp.dim} is {', '.join(sorted(extra))}: on the GPU a loop is "
                                 "bound to blocks or warps, or unrolled in a warp's registers")
-    kd = con.red[-1]
-    over_k = [i for i, lp in enumerate(loops) if lp.dim == kd]
-    k_at = over_k[0]
-    stated, bound_at = {}, []
-    for role, d, tile in (("ROW", con.rows[0], mma.m), ("COL", con.col, mma.n)):
-        if con.conv and role == "ROW":
+
+
+def _check_tile_loops(loops, d: str, tile: int, mma, last_bound: int, k_at: int) -> None:
+    """The loops over `d` inside its block and warp loops: a warp's registers, inside the k-step."""
+    for i, lp in enumerate(loops):
+        if lp.dim != d or i <= last_bound:
             continue
-        at, n_warps, warp_tile = _bound(loops, d, role)
-        bound_at += at
-        names = (f"BLK_{role}_WARPS", f"WARP_{role}_TILES")
-        stated[names[0]] = (n_warps, f"loops {' / '.join(loops[i].var for i in at)} over {d}")
-        stated[names[1]] = (warp_tile // TILE, f"a warp's {warp_tile} {'rows' if role == 'ROW' else 'columns'}")
-        for i, lp in enumerate(loops):
-            if lp.dim == d and i > at[-1]:
-                if i < k_at:
-                    raise ScheduleError(f"loop {lp.var} over {d} (a warp's registers) is above the k-step loop "
-                                        f"{loops[k_at].var}: a warp keeps its whole tile's accumulators across the "
-                                        "k-steps, so its tile loops run inside them")
-                if lp.step != 1 and lp.step % tile:
-                    raise ScheduleError(f"loop {lp.var} over {d} steps by {lp.step}: a warp's tile loops step by "
-                                        f"whole {mma.shape} tiles ({tile}) or single elements")
+        if i < k_at:
+            raise ScheduleError(f"loop {lp.var} over {d} (a warp's registers) is above the k-step loop "
+                                f"{loops[k_at].var}: a warp keeps its whole tile's accumulators across the "
+                                "k-steps, so its tile loops run inside them")
+        if lp.step != 1 and lp.step % tile:
+            raise ScheduleError(f"loop {lp.var} over {d} steps by {lp.step}: a warp's tile loops step by "
+                                f"whole {mma.shape} tiles ({tile}) or single elements")
+
+
+def _check_order(con, loops, bound_at: list[int], k_at: int) -> None:
+    """Block loops, then warp loops, then the k-step: no reduction above the grid."""
     blocks = [i for i in bound_at if "block" in loops[i].annotations]
     warps = [i for i in bound_at if i not in blocks]
     if warps and min(warps) < max(blocks):
         raise ScheduleError(f"the warp loop {loops[min(warps)].var} is above the block loop {loops[max(blocks)].var}: "
                             "the grid's loops come first, then the warps of a CTA")
-    first_bound = min(bound_at)
-    for lp in loops[:first_bound]:
+    for lp in loops[:min(bound_at)]:
         if lp.dim in con.red:
             raise ScheduleError(f"loop {lp.var} over {lp.dim} (the reduction) is above the block loops: "
                                 "each CTA runs all of the reduction for its block")
-    last_bound = max(bound_at)
-    if k_at < last_bound:
-        raise ScheduleError(f"the k-step loop {loops[k_at].var} over {kd} is above the bound loop "
-                            f"{loops[last_bound].var}: the warps of a CTA share each k-step's tiles, so the "
+    last = max(bound_at)
+    if k_at < last:
+        raise ScheduleError(f"the k-step loop {loops[k_at].var} over {con.red[-1]} is above the bound loop "
+                            f"{loops[last].var}: the warps of a CTA share each k-step's tiles, so the "
                             "k-step runs inside the block and warp loops")
-    for i in over_k[1:]:
-        if loops[i].step != 1 and loops[i].step % mma.k:
-            raise ScheduleError(f"loop {loops[i].var} over {kd} steps by {loops[i].step}: inside the k-step, loops "
+
+
+def _k_step(con, mma, loops, k_at: int) -> tuple[int, str]:
+    """CHUNK: the k-step loop's step (all of k where it is not split) in whole mma products."""
+    kd = con.red[-1]
+    for lp in loops[k_at + 1:]:
+        if lp.dim == kd and lp.step != 1 and lp.step % mma.k:
+            raise ScheduleError(f"loop {lp.var} over {kd} steps by {lp.step}: inside the k-step, loops "
                                 f"over the reduction step by whole {mma.shape} products ({mma.k}) or single elements")
-    size = con.conv.c if con.conv else con.k
-    bk = loops[k_at].step if loops[k_at].step > 1 else size
+    step = loops[k_at]
+    bk = step.step if step.step > 1 else (con.conv.c if con.conv else con.k)
     if bk % mma.k or bk // mma.k not in KNOB_VALUES["CHUNK"]:
-        raise ScheduleError(f"the k-step loop {loops[k_at].var} over {kd} takes {bk} of it at a time: CHUNK whole "
+        raise ScheduleError(f"the k-step loop {step.var} over {kd} takes {bk} of it at a time: CHUNK whole "
                             f"{mma.shape} products, {', '.join(str(c * mma.k) for c in KNOB_VALUES['CHUNK'])}")
-    stated["CHUNK"] = (bk // mma.k, f"loop {loops[k_at].var} over {kd} by {bk}")
-    stated["REORDER_INNER"] = _reorder(con, loops, k_at)
-    return stated
+    return bk // mma.k, f"loop {step.var} over {kd} by {bk}"
 
 
 def _bound(loops, d: str, role: str) -> tuple[list[int], int, int]:
