@@ -466,7 +466,7 @@ def _():
     t.disable_reuse(deep, t.ref_of(t.graph.output.id))
 
 
-@case("annotate-unknown", lt.ScheduleError, r"annotate L0: unknown annotation 'fast' \(expected one of unroll, vectorize, parallel\)")
+@case("annotate-unknown", lt.ScheduleError, r"annotate L0: unknown annotation 'fast' \(expected one of unroll, vectorize, parallel, block, warp\)")
 def _():
     _mm_tree().annotate(0, "fast")
 
