@@ -195,3 +195,15 @@ def test_tensorize_names_the_mma_form_of_the_operands(request_, ok):
     else:
         with pytest.raises(ScheduleError, match="multiplies float16 operands with mma.m16n8k16.f16"):
             lt.compile(C, target="sm_90")
+
+
+def test_a_bound_schedule_is_saved_and_replayed():
+    sched = GpuSchedule(2, 1, 1, 2, 2, 1, 2)
+    C, _, _ = gemm(96, 64, 64, "bfloat16", None)
+    bound(C, sched, 16, 96, 64, 64)
+    saved = lt.serialize(C.loop_tree)
+    D, _, _ = gemm(96, 64, 64, "bfloat16", None)
+    D.set(lt.apply_actions(D.loop_tree, lt.deserialize(saved).actions))
+    target = GpuTarget.of("sm_80", stages=2)
+    assert lt.compile(D, target=target).ptx == lt.compile(C, target=target).ptx
+    assert lt.compile(D, target=target).schedule == sched
