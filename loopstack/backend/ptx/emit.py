@@ -31,6 +31,11 @@ def _vec_bytes(*row_bytes: int) -> int:
     return 0
 
 
+# u32 arithmetic op3 folds when both operands are constants
+_FOLD = {"add.u32": lambda a, b: a + b, "sub.u32": lambda a, b: a - b, "mul.lo.u32": lambda a, b: a * b,
+         "div.u32": lambda a, b: a // b, "rem.u32": lambda a, b: a % b}
+
+
 class _Tile:
     """How one operand's k-step tile lies in shared memory and where its chunks come from."""
 
@@ -91,13 +96,20 @@ class GemmEmitter:
             self.k.ins("mov.u32", r, value)
         return r
 
-    def op3(self, opcode, a, b) -> Reg:
-        """A fresh register of the opcode's type holding `opcode a, b`."""
+    def op3(self, opcode, a, b) -> Reg | int:
+        """A fresh register of the opcode's type holding `opcode a, b`; two constants are folded
+        (the pipeline's prologue knows its k-steps and stages: fewer instructions to JIT)."""
+        if isinstance(a, int) and isinstance(b, int) and opcode in _FOLD:
+            return _FOLD[opcode](a, b) & 0xFFFFFFFF
+        if opcode.startswith("add.") and b == 0:
+            return a
         r = self.k.reg(opcode.split(".")[-1])
         self.k.ins(opcode, r, a, b)
         return r
 
-    def mad(self, a, b, c) -> Reg:
+    def mad(self, a, b, c) -> Reg | int:
+        if isinstance(a, int) and isinstance(b, int):
+            return self.op3("add.u32", c, a * b) if not isinstance(c, int) else (a * b + c) & 0xFFFFFFFF
         r = self.k.reg("u32")
         self.k.ins("mad.lo.u32", r, a, b, c)
         return r
@@ -245,8 +257,9 @@ class GemmEmitter:
         k.ins(f"ld.global.{t}", v, Addr(gaddr), pred=ok)
         k.ins(f"st.shared.{t}", Addr(dst), v, pred=live)
 
-    def _load_stage(self, kt: Reg, stage: Reg):
-        """Issue the copies of k-step `kt` into shared stage `stage` (a register 0..stages-1)."""
+    def _load_stage(self, kt, stage):
+        """Issue the copies of k-step `kt` into shared stage `stage` (0..stages-1): registers in
+        the main loop, constants in the prologue."""
         c = self.c
         base = self.mad(stage, self.stage_bytes, self.smem)
         b_base = self.op3("add.u32", base, self.ta.bytes)
@@ -327,7 +340,7 @@ class GemmEmitter:
         if self.transposes_b:
             self._transpose_setup()
 
-    def _compute_stage(self, stage: Reg):
+    def _compute_stage(self, stage):
         k, s, mma = self.k, self.s, self.mma
         base = self.mad(stage, self.stage_bytes, self.smem)
         a_addr = self.op3("add.u32", base, self.a_lane)
@@ -408,12 +421,11 @@ class GemmEmitter:
             kt = self.u32(0)
             top = k.label("k")
             k.place(top)
-            zero = self.u32(0)
-            self._load_stage(kt, zero)
+            self._load_stage(kt, 0)
             k.cp_async_commit()
             k.cp_async_wait(0)
             k.bar_sync()
-            self._compute_stage(zero)
+            self._compute_stage(0)
             k.bar_sync()
             k.ins("add.u32", kt, kt, 1)
             more = self.pred("lt", kt, KT)
@@ -421,7 +433,7 @@ class GemmEmitter:
             return
         for st in range(S - 1):
             if st < KT:
-                self._load_stage(self.u32(st), self.u32(st))
+                self._load_stage(st, st)
             k.cp_async_commit()
         kt, rd, wr = self.u32(0), self.u32(0), self.u32(S - 1)
         top = k.label("k")
