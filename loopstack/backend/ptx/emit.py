@@ -374,8 +374,9 @@ class GemmEmitter:
     def _transpose_setup(self):
         """Per 4 x 4-byte block of the 8-bit k-major B tile a thread transposes (see _transpose_b):
         whether it exists, its offset in a stage's B tile and its address in the [n][k] copy.
-        Consecutive threads take 4 k-blocks of 8 n-blocks, so a warp's reads fall in 16 banks and
-        its writes in 8 (rows are 16-byte multiples, ldmatrix's alignment)."""
+        Consecutive threads take 4 k-blocks of 8 n-blocks: rows of both tiles are 16-byte
+        multiples apart (cp.async's and ldmatrix's alignment), so lanes that differ only in k
+        (reads) or only in n (writes) meet in few banks, and this mix keeps both conflicts low."""
         threads = self.s.threads
         kb4, nb4 = self.bk // 4, self.bn // 4
         blocks = kb4 * nb4
