@@ -124,3 +124,38 @@ def contraction_nodes(tree):
     """(the product's node id, the sum's) of a frontend loop tree's one contraction."""
     total = next(g for g in tree.graph.nodes if g.op == "reduce" and g.fn == "add")
     return total.inputs[0], total.id
+
+
+def requantized(m, n, k, rng, out_dtype="int8", per_channel=True, zero_point=3, relu=True):
+    """An int8 GEMM + int32 bias (+ relu) requantized into `out_dtype`, ONNX QLinearMatMul's way:
+    saturate(round_half_even(float32(acc) * scale) + zero_point). A loop tree (the DSL has no
+    requantization), its arguments and the numpy reference."""
+    from dataclasses import replace
+
+    from loopstack.looptree.builders import access
+    from loopstack.looptree.ir import Buffer, Compute, Const, Load, LoopTree, Requant
+
+    C, arrays, _ = gemm(m, n, k, "int8", rng, bias=True, relu=relu)
+    tree = C.loop_tree.lower()
+    col = next(s for _, s in tree.computes()).out.index[1].terms[0][0]
+    scale = (rng.uniform(0.001, 0.1, n) if per_channel else np.array([0.0371])).astype(np.float32)
+    rq = Requant(Load(access("scale", col)) if per_channel else Const(float(scale[0])), zero_point)
+
+    def rebuild(node):
+        if isinstance(node, Compute):
+            return replace(node, requant=rq)
+        return node.with_body(tuple(rebuild(x) for x in node.body))
+    bufs = [replace(b, dtype=out_dtype) if b.kind == "output" else b for b in tree.buffers]
+    if per_channel:
+        bufs.insert(len(bufs) - 1, Buffer("scale", "float32", (n,), "input"))
+        arrays = arrays + [scale]
+    tree = LoopTree(tuple(bufs), tree.dims, tuple(rebuild(x) for x in tree.body))
+
+    def ref():
+        acc = arrays[0].astype(np.int64) @ arrays[1].astype(np.int64) + arrays[2].astype(np.int64)
+        if relu:
+            acc = np.maximum(acc, 0)
+        y = np.rint(acc.astype(np.int32).astype(np.float32) * (scale if per_channel else scale[0]))
+        info = np.iinfo(out_dtype)
+        return np.clip(y + np.float32(zero_point), info.min, info.max).astype(out_dtype)
+    return tree, arrays, ref

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import loopstack as lt
 from loopstack.backend.ptx import GpuSchedule, GpuTarget
 
-from gpu_programs import conv, gemm, random
+from gpu_programs import conv, gemm, random, requantized
 
 pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
 if importlib.util.find_spec("loopstack.isa.ptx.sim") is None:
@@ -157,3 +157,22 @@ def test_large_knobs_agree(dtype, what, sched):
     else:
         T, arrays, ref = conv(2, 9, 64, 40, dtype, rng, stride=2 if what.endswith("s2") else 1)
     _run(T, arrays, ref, GpuTarget("sm_90", sched), dtype, 576)
+
+
+@settings(max_examples=6)
+@given(m=st.integers(1, 80), n=st.integers(1, 48), k=st.integers(1, 96), out=st.sampled_from(["int8", "uint8"]),
+       per_channel=st.booleans(), zero_point=st.sampled_from([0, 3, -5, 127]), relu=st.booleans(),
+       sched=knobs, seed=st.integers(0, 99))
+def test_requantized_int8_gemms_saturate_as_onnx_defines(m, n, k, out, per_channel, zero_point, relu, sched, seed):
+    """int8 x int8 -> int32 (+ bias, relu) -> saturate(round_half_even(acc * scale) + zero point),
+    against numpy and the loop-tree interpreter."""
+    from loopstack.backend import compile as compile_tree
+    zero_point = abs(zero_point) * 2 if out == "uint8" else zero_point      # within the output's range
+    tree, arrays, ref = requantized(m, n, k, np.random.default_rng(seed), out, per_channel, zero_point, relu)
+    kern = compile_tree(tree, target=GpuTarget("sm_90", sched))
+    got = np.zeros((m, n), np.dtype(out))
+    kern.simulate(*arrays, got)
+    np.testing.assert_array_equal(got, ref())
+    interp = np.zeros_like(got)
+    compile_tree(tree, target="interp")(*arrays, interp)
+    np.testing.assert_array_equal(got, interp)

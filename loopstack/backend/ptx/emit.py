@@ -19,7 +19,7 @@ from ...looptree.ir import Acc, Binary, Const, Load, Unary
 from .knobs import SMEM_PAD, GpuSchedule
 from .match import Contraction, bias_loads
 
-OUT_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "s32", "int8": "s8"}
+OUT_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "s32", "int8": "s8", "uint8": "u8"}
 MAX_OFFSET = 2 ** 31 - 1      # byte offsets are computed in 32 bits
 
 
@@ -464,8 +464,9 @@ class GemmEmitter:
         col0 = self.op3("add.u32", self.n0, self.mad(self.wn, 16 * s.WARP_COL_TILES, self.op3("mul.lo.u32", t, 2)))
         ot = OUT_TYPES.get(c.out_dtype)
         if ot is None:
-            raise UnsupportedError(f"GPU kernels store float32, float16, bfloat16, int32 or int8, not {c.out_dtype}")
-        osz = {"f32": 4, "s32": 4, "f16": 2, "bf16": 2, "s8": 1}[ot]
+            raise UnsupportedError(f"GPU kernels store float32, float16, bfloat16, int32, int8 or uint8, "
+                                   f"not {c.out_dtype}")
+        osz = {"f32": 4, "s32": 4, "f16": 2, "bf16": 2, "s8": 1, "u8": 1}[ot]
         # the thread's first element; every other one lies a constant number of bytes past it
         # (the output's shape is the kernel's), so a store is [base + immediate]: fewer
         # instructions for the driver's JIT to compile
@@ -479,16 +480,19 @@ class GemmEmitter:
             loads = {}
             for ld in bias_loads(c.init, c.post):
                 loads[ld] = [self._load_vec(ld, col, e, cok[e]) for e in range(2)]
+            scales = self._scales(col, cok)
             for i in range(s.WARP_ROW_TILES):
                 for h in range(2):
                     rok = rows[2 * i + h]
                     vals = [self._value(self.acc[i][jj][2 * h + e], ot, {ld: v[e] for ld, v in loads.items()})
                             for e in range(2)]
+                    if c.requant is not None:
+                        vals = [self._requant(v, scales[e], ot) for e, v in enumerate(vals)]
                     at = ((i * 16 + 8 * h) * c.n + jj * 8) * osz
                     self._store(ot, base, at, vals, [self.pand(rok, cok[0]), self.pand(rok, cok[1])], pair)
 
-    def _load_vec(self, ld: Load, col: Reg, e: int, ok: Reg):
-        """Element col+e of an epilogue vector (bias), as the epilogue's compute type."""
+    def _load_vec(self, ld: Load, col: Reg, e: int, ok: Reg, ct: str | None = None):
+        """Element col+e of an epilogue vector (bias), as `ct` (the epilogue's compute type)."""
         k = self.k
         buf = ld.access.buffer
         dt = self.dtypes[buf]
@@ -496,7 +500,7 @@ class GemmEmitter:
         if es is None:
             raise UnsupportedError(f"epilogue vector {buf} of {dt}")
         addr = self.wide(self.ptrs[buf], self.op3("mul.lo.u32", self.op3("add.u32", col, e), es))
-        ct = self._compute_type()
+        ct = ct or self._compute_type()
         if dt in ("float32", "int32"):
             r = k.reg("f32" if dt == "float32" else "s32")
             k.ins(f"mov.{'f32' if dt == 'float32' else 's32'}", r, 0.0 if dt == "float32" else 0)
@@ -529,14 +533,40 @@ class GemmEmitter:
 
     def _value(self, acc: Reg, ot: str, loads: dict) -> Reg:
         """One output element before its store: acc (+ init), then, when an epilogue follows,
-        the value as stored (loopstack's semantics: post reads the stored value back)."""
+        the value as stored (loopstack's semantics: post reads the stored value back; a
+        requantized statement stores an int32 sum, see ir.Requant)."""
         c = self.c
         v = acc
         if c.init is not None:
             v = self._post(Binary("add", Acc(), c.init), acc, loads)
         if c.post is None:
             return v
-        return self._post(c.post, self._as_stored(v, ot), loads)
+        return self._post(c.post, v if c.requant is not None else self._as_stored(v, ot), loads)
+
+    def _scales(self, col: Reg, cok: list) -> list:
+        """A requantization's scale for elements col and col+1: float32 registers or constants."""
+        rq = self.c.requant
+        if rq is None:
+            return [None, None]
+        if isinstance(rq.scale, Load):
+            return [self._load_vec(rq.scale, col, e, cok[e], ct="f32") for e in range(2)]
+        return [float(rq.scale.value)] * 2
+
+    def _requant(self, v: Reg, scale, ot: str) -> Reg:
+        """saturate(round_half_even(float32(v) * scale) + zero_point) as an s32 register, in
+        float32 step by step as the reference interpreter (and onnxruntime) compute it."""
+        k, rq = self.k, self.c.requant
+        lo, hi = (-128.0, 127.0) if ot == "s8" else (0.0, 255.0)
+        f = self._cvt(v, "f32")
+        for op, x in (("mul.rn", scale), ("cvt.rni", None), ("add.rn", float(rq.zero_point)),
+                      ("max", lo), ("min", hi)):
+            r = k.reg("f32")
+            if x is None:
+                k.ins("cvt.rni.f32.f32", r, f)
+            else:
+                k.ins(f"{op}.f32", r, f, x)
+            f = r
+        return self._cvt(f, "s32")       # an integer in range: exact
 
     def _as_stored(self, v: Reg, ot: str) -> Reg:
         """v converted to the output type and back to the compute type."""
@@ -546,17 +576,17 @@ class GemmEmitter:
             k.ins(f"cvt.rn.{ot}.f32", h, v if v.type == "f32" else self._cvt(v, "f32"))
             k.ins(f"cvt.f32.{ot}", f, h)
             return f if self._compute_type() == "f32" else self._cvt(f, "s32")
-        if ot == "s8":
-            return self._wrap8(v if v.type == "s32" else self._cvt(v, "s32"))
+        if ot in ("s8", "u8"):
+            return self._wrap8(v if v.type == "s32" else self._cvt(v, "s32"), ot == "s8")
         if ot == "s32" and v.type == "f32":
             return self._cvt(self._cvt(v, "s32"), "f32")
         return v
 
-    def _wrap8(self, v: Reg) -> Reg:
-        """The low byte of v, sign-extended: C's int32 -> int8 conversion."""
+    def _wrap8(self, v: Reg, signed: bool = True) -> Reg:
+        """The low byte of v, sign- or zero-extended: C's int32 -> int8 / uint8 conversion."""
         w = self.k.reg("s32")
         self.k.ins("shl.b32", w, v, 24)
-        self.k.ins("shr.s32", w, w, 24)
+        self.k.ins("shr.s32" if signed else "shr.u32", w, w, 24)
         return w
 
     def _post(self, e, acc: Reg, loads: dict) -> Reg:
@@ -604,9 +634,10 @@ class GemmEmitter:
                 k.ins(f"cvt.rn.{ot}.f32", h, f)
                 k.ins("st.global.b16", Addr(addr, at + 2 * e), h, pred=oks[e])
             return
-        if ot == "s8":               # st.s8 stores the low byte: int8 wraps, as C's conversion does
+        if ot in ("s8", "u8"):       # st.s8 stores the low byte: int8 wraps, as C's conversion does
             for e, v in enumerate(vals):
-                k.ins("st.global.s8", Addr(addr, at + e), v if v.type == "s32" else self._cvt(v, "s32"), pred=oks[e])
+                k.ins(f"st.global.{ot}", Addr(addr, at + e), v if v.type == "s32" else self._cvt(v, "s32"),
+                      pred=oks[e])
             return
         vals = [v if v.type == ot else self._cvt(v, ot) for v in vals]
         if pair:

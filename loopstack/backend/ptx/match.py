@@ -64,6 +64,7 @@ class Contraction:
     red: tuple[str, ...] = ()
     loops: tuple = field(default=(), compare=False)
     tensorize: str = ""
+    requant: object = None  # the int32 -> int8/uint8 requantization after post (ir.Requant), or None
 
     @property
     def flops(self) -> int:
@@ -109,10 +110,23 @@ def match(tree: LoopTree) -> Contraction:
         con = _conv(st, x, w, oidx, dims, bufs, out)
     else:
         _no(f"writes a {len(oidx)}-d output")
-    con = replace(con, init=init, loops=loops, tensorize=st.tensorize)
+    con = replace(con, init=init, loops=loops, tensorize=st.tensorize, requant=st.requant)
     _check_post(init, con, bufs, oidx[-1])
     _check_post(st.post, con, bufs, oidx[-1])
+    if st.requant is not None:
+        _check_requant(st.requant, con, bufs, oidx[-1])
     return con
+
+
+def _check_requant(rq, con: Contraction, bufs, n_dim: str) -> None:
+    """An int8 product requantized into int8 or uint8, by a constant or per-column float32 scale."""
+    if con.dtype != "int8" or con.out_dtype not in ("int8", "uint8"):
+        _no(f"requantizes {con.dtype} products into {con.out_dtype} (int8 into int8 or uint8 expected)")
+    _check_post(rq.scale, con, bufs, n_dim)
+    if isinstance(rq.scale, Load) and bufs[rq.scale.access.buffer].dtype != "float32":
+        _no(f"scales by {rq.scale.access.buffer} of {bufs[rq.scale.access.buffer].dtype} (float32 expected)")
+    if not isinstance(rq.scale, (Load, Const)):
+        _no(f"scales by {rq.scale} (a constant or a vector over the columns expected)")
 
 
 def _contraction(tree: LoopTree, bufs) -> tuple[tuple[Loop, ...], Compute]:
@@ -142,7 +156,8 @@ def _contraction(tree: LoopTree, bufs) -> tuple[tuple[Loop, ...], Compute]:
         return e
     init = st.init if st.init in (None, "identity") else through(st.init)
     post = None if st.post is None else through(st.post)
-    return loops, replace(st, expr=through(st.expr), init=init, post=post)
+    rq = st.requant if st.requant is None else replace(st.requant, scale=through(st.requant.scale))
+    return loops, replace(st, expr=through(st.expr), init=init, post=post, requant=rq)
 
 
 def _is_copy(s: Compute, bufs) -> bool:
