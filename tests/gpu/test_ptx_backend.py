@@ -1,6 +1,8 @@
 """The GPU backend: DSL -> loop tree -> PTX.  Every kernel is assembled by ptxas (sm_80 and sm_90)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import loopstack as lt
 from loopstack.backend.ptx import GpuSchedule, GpuTarget, compile_ptx
@@ -192,3 +194,22 @@ def test_an_int8_b_stored_k_major_is_transposed_in_shared_memory_not_gathered():
     s = kern.schedule                                   # ldmatrix of A and of B, as for a B stored [n, k]
     assert loop.count("ldmatrix") == s.CHUNK * (s.WARP_ROW_TILES + s.WARP_COL_TILES)
     assert kern.shared_bytes == s.shared_bytes(mma_for("int8"), True) > s.stages * sum(s.stage_bytes(mma_for("int8")))
+
+
+@settings(max_examples=300)
+@given(d=st.integers(1, 2**31 - 1), bound=st.integers(0, 2**31 - 1), picks=st.lists(st.integers(0, 2**31 - 1), max_size=20))
+def test_a_magic_reciprocal_divides_exactly_up_to_its_bound(d, bound, picks):
+    """x // d == (x * m) >> (32 + s) for every x the kernel can hold (0..bound), at the edges
+    (multiples of d and their neighbours, the bound) and anywhere. Only a power of two has no
+    32-bit m (s = floor(log2 d) works for any other d below 2**31); it is divided by a shift."""
+    from loopstack.backend.ptx.emit import magic_divisor
+    magic = magic_divisor(d, bound)
+    if magic is None:
+        assert d & (d - 1) == 0
+        return
+    m, s = magic
+    assert 0 < m < 2**32
+    q = bound // d
+    xs = {0, bound, max(0, bound - 1), q * d, max(0, q * d - 1), *(p % (bound + 1) for p in picks)}
+    for x in xs:
+        assert (x * m) >> (32 + s) == x // d, (x, d, bound, m, s)

@@ -31,6 +31,19 @@ def _vec_bytes(*row_bytes: int) -> int:
     return 0
 
 
+def magic_divisor(d: int, bound: int) -> tuple[int, int] | None:
+    """(m, s) with x // d == (x * m) >> (32 + s) for every 0 <= x <= bound (m < 2**32: one
+    mul.hi.u32 and a shift), or None. Round-up reciprocal: m = ceil(2**(32+s) / d) overshoots
+    1/d by e / (d * 2**(32+s)), e = m*d - 2**(32+s), which stays below 1/d while x * e < 2**(32+s)."""
+    for s in range(33):
+        m = -(-(1 << (32 + s)) // d)
+        if m >= 1 << 32:
+            return None
+        if bound * (m * d - (1 << (32 + s))) < 1 << (32 + s):
+            return m, s
+    return None
+
+
 # u32 arithmetic op3 folds when both operands are constants
 _FOLD = {"add.u32": lambda a, b: a + b, "sub.u32": lambda a, b: a - b, "mul.lo.u32": lambda a, b: a * b,
          "div.u32": lambda a, b: a // b, "rem.u32": lambda a, b: a % b}
@@ -107,6 +120,22 @@ class GemmEmitter:
         self.k.ins(opcode, r, a, b)
         return r
 
+    def divmod(self, x, d: int, bound: int) -> tuple:
+        """(x // d, x % d) for 0 <= x <= bound: shifts for a power of two, else a multiply by a
+        magic reciprocal (integer division by a constant is what costs the driver's JIT most)."""
+        if isinstance(x, int):
+            return x // d, x % d
+        if d & (d - 1) == 0:
+            return self.op3("shr.u32", x, d.bit_length() - 1), self.op3("and.b32", x, d - 1)
+        magic = magic_divisor(d, bound)
+        if magic is None:
+            return self.op3("div.u32", x, d), self.op3("rem.u32", x, d)
+        m, sh = magic
+        q = self.op3("mul.hi.u32", x, m)
+        if sh:
+            q = self.op3("shr.u32", q, sh)
+        return q, self.mad(q, (1 << 32) - d, x)          # x - q*d, modulo 2**32
+
     def mad(self, a, b, c) -> Reg | int:
         if isinstance(a, int) and isinstance(b, int):
             return self.op3("add.u32", c, a * b) if not isinstance(c, int) else (a * b + c) & 0xFFFFFFFF
@@ -166,8 +195,7 @@ class GemmEmitter:
         self.tid = tid
         self.lane = self.op3("and.b32", tid, 31)
         self.warp = self.op3("shr.u32", tid, 5)
-        self.wm = self.op3("div.u32", self.warp, s.BLK_COL_WARPS)
-        self.wn = self.op3("rem.u32", self.warp, s.BLK_COL_WARPS)
+        self.wm, self.wn = self.divmod(self.warp, s.BLK_COL_WARPS, s.warps - 1)
         bx, by = k.special("%ctaid.x"), k.special("%ctaid.y")
         if s.REORDER_INNER and c.conv is None:
             bx, by = by, bx          # grid x walks M: consecutive CTAs share a panel of B
@@ -195,8 +223,7 @@ class GemmEmitter:
             for i in range(tile.per_thread):
                 idx = self.op3("add.u32", self.tid, i * T)
                 live = self.pred("lt", idx, tile.chunks) if (i + 1) * T > tile.chunks else None
-                row = self.op3("div.u32", idx, tile.per_row)
-                col = self.op3("rem.u32", idx, tile.per_row)
+                row, col = self.divmod(idx, tile.per_row, (i + 1) * T - 1)
                 col_e = self.op3("mul.lo.u32", col, tile.vec // self.es)          # element within the k-step row
                 soff = self.mad(row, tile.stride, self.op3("mul.lo.u32", col, tile.vec))
                 ch = {"live": live, "soff": soff, "col_e": col_e, "row": row}
@@ -224,10 +251,8 @@ class GemmEmitter:
             ch["base"] = self.wide(self.ptrs[c.a], self.op3("mul.lo.u32", mc, c.k * self.es))
             return
         hw = g.oh * g.ow
-        b = self.op3("div.u32", mc, hw)
-        pix = self.op3("rem.u32", mc, hw)
-        oh = self.op3("div.u32", pix, g.ow)
-        ow = self.op3("rem.u32", pix, g.ow)
+        b, pix = self.divmod(mc, hw, c.m - 1)
+        oh, ow = self.divmod(pix, g.ow, hw - 1)
         ch["ih0"] = self.op3("sub.s32", self.op3("mul.lo.u32", oh, g.stride), g.pad)
         ch["iw0"] = self.op3("sub.s32", self.op3("mul.lo.u32", ow, g.stride), g.pad)
         ch["base"] = self.wide(self.ptrs[c.a], self.op3("mul.lo.u32", b, g.h * g.w * g.c * self.es))
@@ -237,8 +262,7 @@ class GemmEmitter:
         c, s = self.c, self.s
         if c.conv is not None and s.REORDER_INNER:
             g = c.conv
-            rs = self.op3("rem.u32", kt, g.r * g.s)
-            cb = self.op3("div.u32", kt, g.r * g.s)
+            cb, rs = self.divmod(kt, g.r * g.s, self.kt_count)
             return self.mad(rs, g.c, self.op3("mul.lo.u32", cb, self.bk))
         return self.op3("mul.lo.u32", kt, self.bk)
 
@@ -290,8 +314,8 @@ class GemmEmitter:
     def _conv_tap(self, k0: Reg):
         """(first channel, r, s) of the k-step starting at reduction index k0."""
         g = self.c.conv
-        rs = self.op3("div.u32", k0, g.c)
-        return (self.op3("rem.u32", k0, g.c), self.op3("div.u32", rs, g.s), self.op3("rem.u32", rs, g.s))
+        rs, c0 = self.divmod(k0, g.c, self.c.k)
+        return (c0, *self.divmod(rs, g.s, g.r * g.s))
 
     def _conv_a_offset(self, ch, kk: Reg, window=None):
         """Bounds and byte offset of input element (ih0 + r, iw0 + s, c) for reduction index kk
@@ -299,10 +323,8 @@ class GemmEmitter:
         g, c = self.c.conv, self.c
         ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
         if window is None:
-            ci = self.op3("rem.u32", kk, g.c)
-            rs = self.op3("div.u32", kk, g.c)
-            r = self.op3("div.u32", rs, g.s)
-            sx = self.op3("rem.u32", rs, g.s)
+            rs, ci = self.divmod(kk, g.c, c.k + self.bk)          # kk runs past K in the last k-step
+            r, sx = self.divmod(rs, g.s, (c.k + self.bk) // g.c)
         else:
             c0, r, sx = window
             ci = self.op3("add.u32", c0, ch["col_e"])
