@@ -106,6 +106,9 @@ def match(tree: LoopTree) -> Contraction:
         _no(f"multiplies {da} by {db}")
     if len(oidx) == 2:
         con = _gemm(st, x, w, oidx, dims, bufs, out)
+    elif len(oidx) == 3 and 4 not in (len(x.index), len(w.index)):
+        _no(f"is a batched matrix product ({out.name} is 3-d, and no operand a 4-d filter): the kernels run "
+            "one GEMM, or a convolution of an unbatched NHWC image")
     elif len(oidx) in (3, 4):
         con = _conv(st, x, w, oidx, dims, bufs, out)
     else:
