@@ -159,3 +159,25 @@ def requantized(m, n, k, rng, out_dtype="int8", per_channel=True, zero_point=3, 
         info = np.iinfo(out_dtype)
         return np.clip(y + np.float32(zero_point), info.min, info.max).astype(out_dtype)
     return tree, arrays, ref
+
+
+def batched(batch, m, n, k, dtype, rng, b_shared=False, b_transposed=False, bias=False):
+    """C[b] = A[b] . B[b] (or . B for every b: `b_shared`); returns (tensor, arrays, reference)."""
+    s = lt.SymbolGenerator()
+    a = random((batch, m, k), dtype, rng)
+    b = random(((n, k) if b_transposed else (k, n)) if b_shared else
+               ((batch, n, k) if b_transposed else (batch, k, n)), dtype, rng)
+    lead = () if b_shared else (s.b,)
+    B = lt.Tensor(b).to(*lead, *((s.n, s.k) if b_transposed else (s.k, s.n)))
+    C = (lt.Tensor(a).to(s.b, s.m, s.k) * B).sum(s.k)
+    arrays = [a, b]
+    if bias:
+        v = random((n,), "int32" if dtype == "int8" else dtype, rng)
+        C = C + lt.Tensor(v).to(C.symbolic_shape[2])
+        arrays.append(v)
+
+    def ref():
+        bm = np.swapaxes(b, -1, -2) if b_transposed else b
+        r = np.matmul(a.astype(np.float64), bm.astype(np.float64))
+        return r + arrays[2].astype(np.float64) if bias else r
+    return C, arrays, ref

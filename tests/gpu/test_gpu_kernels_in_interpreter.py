@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import loopstack as lt
 from loopstack.backend.ptx import GpuSchedule, GpuTarget
 
-from gpu_programs import conv, gemm, random, requantized
+from gpu_programs import batched, conv, gemm, random, requantized
 
 pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
 if importlib.util.find_spec("loopstack.isa.ptx.sim") is None:
@@ -176,3 +176,14 @@ def test_requantized_int8_gemms_saturate_as_onnx_defines(m, n, k, out, per_chann
     interp = np.zeros_like(got)
     compile_tree(tree, target="interp")(*arrays, interp)
     np.testing.assert_array_equal(got, interp)
+
+
+@settings(max_examples=6)
+@given(dtype=st.sampled_from(DTYPES), batch=st.integers(2, 3), m=st.integers(1, 48), n=st.integers(1, 40),
+       k=st.integers(1, 64), b_shared=st.booleans(), b_transposed=st.booleans(), bias=st.booleans(), sched=knobs,
+       seed=st.integers(0, 99))
+def test_batched_gemms_run_the_batch_on_the_grids_z(dtype, batch, m, n, k, b_shared, b_transposed, bias, sched, seed):
+    C, arrays, ref = batched(batch, m, n, k, dtype, np.random.default_rng(seed), b_shared, b_transposed, bias)
+    kern = lt.compile(C, target=GpuTarget("sm_90", sched))
+    assert kern.grid[2] == batch and kern.flops == 2 * batch * m * n * k
+    _run(C, arrays, ref, GpuTarget("sm_90", sched), dtype, k)

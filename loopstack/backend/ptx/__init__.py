@@ -78,9 +78,9 @@ def compile_ptx(tree, target: str = "sm_90", schedule=None) -> PtxKernel:
     em = GemmEmitter(con, sched, mma, target, entry, names, dtypes)
     ptx = em.emit()
     if sched.REORDER_INNER and con.conv is None:
-        grid = (-(-con.m // sched.bm), -(-con.n // sched.bn), 1)
+        grid = (-(-con.m // sched.bm), -(-con.n // sched.bn), con.batch)
     else:
-        grid = (-(-con.n // sched.bn), -(-con.m // sched.bm), 1)
+        grid = (-(-con.n // sched.bn), -(-con.m // sched.bm), con.batch)
     k = PtxKernel(tree, ptx, entry, grid, (sched.threads, 1, 1), em.shared_bytes, sched, con, target)
     k.compile_ms = (time.perf_counter() - t0) * 1e3
     return k

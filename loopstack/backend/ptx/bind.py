@@ -104,6 +104,9 @@ def _check_annotations(con) -> None:
             if lp.dim in con.red:
                 raise ScheduleError(f"loop {lp.var} over {lp.dim} is bound to {kind}s but is the reduction: "
                                     "block and warp loops split C's rows and columns")
+            if lp.dim == con.batch_dim:
+                raise ScheduleError(f"loop {lp.var} over {lp.dim} is bound to {kind}s: the batch of a batched "
+                                    "GEMM is the grid's z already; block and warp loops split C's rows and columns")
             raise ScheduleError(f"loop {lp.var} over {lp.dim} is bound to {kind}s: a convolution's rows "
                                 f"({'*'.join(con.rows)}) are one dimension of the implicit GEMM, which no loop is; "
                                 f"bind its output channels ({con.col}) and give the row knobs to the target")

@@ -27,6 +27,9 @@ def schedule_text(kernel) -> str:
                 f"stride {g.stride} pad {g.pad}: M = b*oh*ow, K = r*s*c, {red}")
     else:
         what = f"GEMM {c.m}x{c.n}x{c.k}, B {'[k, n]' if c.b_kmajor else '[n, k]'}"
+        if c.batch > 1:
+            shared = [op for op, b in (("A", c.a_batched), ("B", c.b_batched)) if not b]
+            what = (f"{c.batch} x {what} (block.z: the batch{'; ' + ' and '.join(shared) + ' shared' if shared else ''})")
     k_steps = -(-c.k // bk) if not (c.conv is not None and s.REORDER_INNER) else \
         c.conv.r * c.conv.s * (c.conv.c // bk)
     b_load = ("ldmatrix.trans" if c.b_kmajor and mma.ab_bytes == 2 else

@@ -95,8 +95,9 @@ class GemmEmitter:
         self.tt_offset = sched.stages * self.stage_bytes
         self.transposes_b = con.b_kmajor and es == 1
         self.shared_bytes = sched.shared_bytes(mma, con.b_kmajor)
-        out_elems = con.m * con.n
-        for nbytes in (con.m * con.k * es, con.k * con.n * es, out_elems * 4):
+        out_elems = con.batch * con.m * con.n
+        a_count, b_count = (con.batch if con.a_batched else 1), (con.batch if con.b_batched else 1)
+        for nbytes in (a_count * con.m * con.k * es, b_count * con.k * con.n * es, out_elems * 4):
             if nbytes > MAX_OFFSET:
                 raise UnsupportedError(f"an operand of {nbytes} bytes: the GPU kernels address at most 2 GiB each")
         if conv is not None and conv.batch * conv.h * conv.w * conv.c * es > MAX_OFFSET:
@@ -201,6 +202,7 @@ class GemmEmitter:
             bx, by = by, bx          # grid x walks M: consecutive CTAs share a panel of B
         self.m0 = self.op3("mul.lo.u32", by, self.bm)
         self.n0 = self.op3("mul.lo.u32", bx, self.bn)
+        self.bz = k.special("%ctaid.z") if c.batch > 1 else None       # a batched GEMM's product
         self.acc = [[k.regs(self.mma.acc, 4) for _ in range(2 * s.WARP_COL_TILES)] for _ in range(s.WARP_ROW_TILES)]
         zero = 0.0 if self.mma.acc == "f32" else 0
         for row in self.acc:
@@ -232,12 +234,14 @@ class GemmEmitter:
                 elif c.b_kmajor:      # B rows are k: the column is n
                     n = self.op3("add.u32", self.n0, col_e)
                     ch["ok"] = self.pand(live, self.below(n, c.n, self.n_exact))
-                    ch["base"] = self.wide(self.ptrs[c.b], self.op3("mul.lo.u32", n, self.es))
+                    ch["base"] = self.wide(self.ptrs[c.b], self._batched(self.op3("mul.lo.u32", n, self.es),
+                                                                         c.b_batched, c.k * c.n * self.es))
                 else:                 # B rows are n
                     n = self.op3("add.u32", self.n0, row)
                     ch["ok"] = self.pand(live, self.below(n, c.n, self.n_exact))
                     nc = self.select(n, 0, ch["ok"])
-                    ch["base"] = self.wide(self.ptrs[c.b], self.op3("mul.lo.u32", nc, c.k * self.es))
+                    ch["base"] = self.wide(self.ptrs[c.b], self._batched(self.op3("mul.lo.u32", nc, c.k * self.es),
+                                                                         c.b_batched, c.k * c.n * self.es))
                 out.append(ch)
 
     def _a_rows(self, ch):
@@ -248,7 +252,8 @@ class GemmEmitter:
         ch["ok"] = ok
         g = c.conv
         if g is None:
-            ch["base"] = self.wide(self.ptrs[c.a], self.op3("mul.lo.u32", mc, c.k * self.es))
+            ch["base"] = self.wide(self.ptrs[c.a], self._batched(self.op3("mul.lo.u32", mc, c.k * self.es),
+                                                                 c.a_batched, c.m * c.k * self.es))
             return
         hw = g.oh * g.ow
         b, pix = self.divmod(mc, hw, c.m - 1)
@@ -256,6 +261,12 @@ class GemmEmitter:
         ch["ih0"] = self.op3("sub.s32", self.op3("mul.lo.u32", oh, g.stride), g.pad)
         ch["iw0"] = self.op3("sub.s32", self.op3("mul.lo.u32", ow, g.stride), g.pad)
         ch["base"] = self.wide(self.ptrs[c.a], self.op3("mul.lo.u32", b, g.h * g.w * g.c * self.es))
+
+    def _batched(self, offset, batched: bool, per_batch: int):
+        """`offset` into this CTA's product of a batched operand (`per_batch` bytes apart)."""
+        if self.bz is None or not batched:
+            return offset
+        return self.mad(self.bz, per_batch, offset)
 
     def _k_origin(self, kt: Reg) -> Reg:
         """The flattened reduction index of the k-step's first column."""
@@ -492,7 +503,8 @@ class GemmEmitter:
         # the thread's first element; every other one lies a constant number of bytes past it
         # (the output's shape is the kernel's), so a store is [base + immediate]: fewer
         # instructions for the driver's JIT to compile
-        base = self.wide(self.ptrs[c.out], self.mad(row0, c.n * osz, self.op3("mul.lo.u32", col0, osz)))
+        first = self.mad(row0, c.n * osz, self.op3("mul.lo.u32", col0, osz))
+        base = self.wide(self.ptrs[c.out], self._batched(first, True, c.m * c.n * osz))
         pair = c.n % 2 == 0           # col is even: both elements in bounds or neither
         rows = [None if self.m_exact else self.below(self.op3("add.u32", row0, r), c.m, False)
                 for r in range(0, 16 * s.WARP_ROW_TILES, 8)]

@@ -3,6 +3,7 @@
 The GPU backend maps a loop tree onto the tensor cores when its one statement is
 
     out[m, n]           += A[m, k] * B[k, n]    (or B[n, k])                         GEMM
+    out[b, m, n]        += A[b, m, k] * B[b, k, n]  (b optional on either operand)   batched GEMM
     out[b, oh, ow, n]   += X[b, oh*st + r - pad, ow*st + s - pad, c] * W[r, s, c, n] conv (b optional)
 
 with `init identity` or a per-column `init v[n]` (a bias), and an optional epilogue `post`
@@ -65,10 +66,15 @@ class Contraction:
     loops: tuple = field(default=(), compare=False)
     tensorize: str = ""
     requant: object = None  # the int32 -> int8/uint8 requantization after post (ir.Requant), or None
+    # a batched GEMM: out[b, m, n] += A[b, m, k] * B[b, k, n], each operand batched or shared
+    batch: int = 1
+    batch_dim: str = ""
+    a_batched: bool = False
+    b_batched: bool = False
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
+        return 2 * self.batch * self.m * self.n * self.k
 
 
 def _dim(aff) -> str | None:
@@ -107,8 +113,7 @@ def match(tree: LoopTree) -> Contraction:
     if len(oidx) == 2:
         con = _gemm(st, x, w, oidx, dims, bufs, out)
     elif len(oidx) == 3 and 4 not in (len(x.index), len(w.index)):
-        _no(f"is a batched matrix product ({out.name} is 3-d, and no operand a 4-d filter): the kernels run "
-            "one GEMM, or a convolution of an unbatched NHWC image")
+        con = _batched_gemm(st, x, w, oidx, dims, bufs, out)
     elif len(oidx) in (3, 4):
         con = _conv(st, x, w, oidx, dims, bufs, out)
     else:
@@ -195,6 +200,29 @@ def _gemm(st, x, w, oidx, dims, bufs, out) -> Contraction:
         _no(f"indexes B as [{', '.join(wi)}] (expected [{k}, {n}] or [{n}, {k}])")
     return Contraction(dims[m], dims[n], dims[k], bufs[x.buffer].dtype, out.dtype, x.buffer, w.buffer,
                        out.name, kmajor, st.post, rows=(m,), col=n, red=(k,))
+
+
+def _batched_gemm(st, x, w, oidx, dims, bufs, out) -> Contraction:
+    """out[b, m, n] += A[b, m, k] * B[b, k, n] (or B[b, n, k]); an operand without b is shared
+    by every batch. The grid's z runs the batch: each CTA one block of one product."""
+    bd, m, n = oidx
+    xi, wi = [_dim(a) for a in x.index], [_dim(a) for a in w.index]
+    if None in xi or None in wi or x.zero_pad or w.zero_pad:
+        _no("reads an operand at a computed index")
+    if m not in xi:                     # the operand indexed by m is A
+        x, w, xi, wi = w, x, wi, xi
+    a_b, b_b = xi[:1] == [bd], wi[:1] == [bd]
+    a2, b2 = xi[1:] if a_b else xi, wi[1:] if b_b else wi
+    if len(a2) != 2 or a2[0] != m or bd in a2 or bd in b2 or len(b2) != 2:
+        _no(f"writes {out.name}[{', '.join(oidx)}] from [{', '.join(xi)}] and [{', '.join(wi)}]: a batched matrix "
+            "product is out[b, m, n] += A[b, m, k] * B[b, k, n] (or B[b, n, k]), the batch first in the output "
+            "and in each operand that has it")
+    k = a2[1]
+    if b2 not in ([k, n], [n, k]):
+        _no(f"indexes B as [{', '.join(wi)}] (expected [{bd}, {k}, {n}] or [{bd}, {n}, {k}])")
+    return Contraction(dims[m], dims[n], dims[k], bufs[x.buffer].dtype, out.dtype, x.buffer, w.buffer,
+                       out.name, b2 == [k, n], st.post, rows=(m,), col=n, red=(k,), batch=dims[bd],
+                       batch_dim=bd, a_batched=a_b, b_batched=b_b)
 
 
 def _conv(st, x, w, oidx, dims, bufs, out) -> Contraction:

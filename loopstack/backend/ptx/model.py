@@ -55,7 +55,7 @@ def predict_seconds(con: Contraction, s: GpuSchedule, model: GpuModel = H100) ->
     tiles_m, tiles_n = -(-con.m // s.bm), -(-con.n // s.bn)
     bk = s.bk(mma)
     k_steps = -(-con.k // bk)
-    ctas = tiles_m * tiles_n
+    ctas = tiles_m * tiles_n * con.batch
     waves = -(-ctas // (model.sms * per_sm))
     # one CTA's mma work at the SM rate it shares with the other resident CTAs
     flops_cta = 2 * s.bm * s.bn * k_steps * bk
@@ -74,7 +74,8 @@ def predict_seconds(con: Contraction, s: GpuSchedule, model: GpuModel = H100) ->
     # global traffic: every CTA reads its A rows and B columns once per k-step
     es = mma.ab_bytes
     traffic = ctas * k_steps * bk * (s.bm + s.bn) * es
-    unique = (con.m * con.k + con.k * con.n) * es
+    a_copies, b_copies = (con.batch if con.a_batched else 1), (con.batch if con.b_batched else 1)
+    unique = (con.m * con.k * a_copies + con.k * con.n * b_copies) * es
     dram = unique if unique < model.l2_bytes else traffic / 2
     memory = max(traffic / (model.l2_gbs * 1e9), dram / (model.dram_gbs * 1e9))
     return max(compute, memory) + 3e-6        # plus a launch
