@@ -187,3 +187,23 @@ def test_batched_gemms_run_the_batch_on_the_grids_z(dtype, batch, m, n, k, b_sha
     kern = lt.compile(C, target=GpuTarget("sm_90", sched))
     assert kern.grid[2] == batch and kern.flops == 2 * batch * m * n * k
     _run(C, arrays, ref, GpuTarget("sm_90", sched), dtype, k)
+
+
+def test_a_batched_gemm_with_a_shared_and_f32_output():
+    """out[b, m, n] += A[m, k] * B[b, k, n] as a loop tree (the DSL orders that output m, b, n)."""
+    from loopstack.backend import compile as compile_tree
+    from loopstack.looptree.builders import access, make_tree, nest
+    from loopstack.looptree.ir import Binary, Buffer, Compute, Load
+    nb, m, n, k = 3, 20, 24, 40
+    bufs = (Buffer("A", "float16", (m, k), "input"), Buffer("B", "float16", (nb, k, n), "input"),
+            Buffer("C", "float32", (nb, m, n), "output"))
+    stmt = Compute("c", access("C", "b", "m", "n"), Binary("mul", Load(access("A", "m", "k")),
+                   Load(access("B", "b", "k", "n"))), reduce="add", init="identity")
+    tree = make_tree(bufs, {"b": nb, "m": m, "n": n, "k": k}, nest([("b", 1), ("m", 1), ("n", 1), ("k", 1)], stmt))
+    kern = compile_tree(tree, target=GpuTarget("sm_80", GpuSchedule(1, 1, 1, 1, 1, 0, 2)))
+    assert not kern.contraction.a_batched and kern.contraction.b_batched
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((nb, k, n)).astype(np.float16)
+    out = np.zeros((nb, m, n), np.float32)
+    kern.simulate(a, b, out)
+    np.testing.assert_allclose(out, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=1e-5, atol=1e-4)
