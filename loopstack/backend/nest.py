@@ -172,7 +172,6 @@ class SegmentCompiler:
         self._dims_under: dict[int, tuple] = {}     # id(node) -> dimensions of the loops under it
         self._sizes: dict[tuple, int] = {}          # see _subtree_size, _max_accumulators
         self._block_chains: dict[int, tuple] = {}   # id(loop) -> analysis.block_chain
-        self._perfect: dict[int, Compute | None] = {}   # id(loop) -> analysis.perfect_statement
         self.prefetches: list = []      # backend.prefetch plans with a pointer register
         self.body_start = 0             # instructions of the prologue, once compiled
         self.flushes = 0                # flush() calls so far (see _static_iterations)
@@ -271,9 +270,7 @@ class SegmentCompiler:
         if rng is None:
             rng = self.tree.dim_size(lp.dim)
         if ctx.block is None:
-            stmt = self._perfect.get(id(lp), lp)
-            if stmt is lp:
-                stmt = self._perfect[id(lp)] = perfect_statement(lp)
+            stmt = perfect_statement(lp)            # kept on the loop (analysis.chain_of)
             if stmt is not None and is_tile_statement(stmt):
                 # a tile instruction's accumulators are tiles: the block is the loops from its
                 # reduction down, emitted by the instruction set; the loops above, as any loop
