@@ -16,6 +16,7 @@ compile's default knobs with it.
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -97,9 +98,7 @@ def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, genera
         return measured.get(s, score[s])
 
     pop = {pin(GpuSchedule())}
-    candidates = 1
-    for n in free:
-        candidates *= len(KNOB_VALUES[n])
+    candidates = math.prod(len(KNOB_VALUES[n]) for n in free)
     for _ in range(50 * population):
         if len(pop) >= min(population, candidates):
             break

@@ -29,7 +29,6 @@ does not fit the form above is refused, naming the loop and what it should be.
 from __future__ import annotations
 
 import itertools
-import math
 
 from ...errors import ScheduleError
 from ...looptree.ir import GPU_BINDINGS
@@ -200,8 +199,8 @@ def _reorder(con, loops, k_at: int) -> tuple[int, str]:
     if con.conv is None:
         m_at = next(i for i, lp in enumerate(loops) if lp.dim == con.rows[0])
         n_at = next(i for i, lp in enumerate(loops) if lp.dim == con.col)
-        inner = "m" if m_at > n_at else "n"
-        return int(m_at > n_at), f"the block loop over {con.rows[0] if inner == 'm' else con.col} is the inner one"
+        m_inner = m_at > n_at          # the grid's x walks the inner block loop's dimension
+        return int(m_inner), f"the block loop over {con.rows[0] if m_inner else con.col} is the inner one"
     window = [i for i, lp in enumerate(loops) if lp.dim in con.red[:-1]]
     if all(i > k_at for i in window):
         return 1, f"the k-step loop {loops[k_at].var} is above the filter window's loops"
@@ -214,19 +213,10 @@ def _reorder(con, loops, k_at: int) -> tuple[int, str]:
 
 def _complete(con, mma, target: str, fixed: dict) -> GpuSchedule:
     """`fixed` knobs, the others the model's fastest valid choice (or the defaults' reason why none is)."""
-    from .model import predict_seconds
+    from .model import fastest
 
     free = [k for k in KNOB_VALUES if k not in fixed]
-    best, best_t = None, math.inf
-    for values in itertools.product(*(KNOB_VALUES[k] for k in free)):
-        s = GpuSchedule(**fixed, **dict(zip(free, values)))
-        try:
-            s.check(mma, target, con.b_kmajor, con.conv)
-        except ScheduleError:
-            continue
-        t = predict_seconds(con, s)
-        if t < best_t:
-            best, best_t = s, t
-    if best is None:        # none valid: the defaults' check says which knob the loops or target broke
-        best = GpuSchedule(**fixed).check(mma, target, con.b_kmajor, con.conv)
-    return best
+    every = (GpuSchedule(**fixed, **dict(zip(free, values)))
+             for values in itertools.product(*(KNOB_VALUES[k] for k in free)))
+    # none valid: the defaults' check says which knob the loops or the target broke
+    return fastest(con, target, every) or GpuSchedule(**fixed).check(mma, target, con.b_kmajor, con.conv)

@@ -8,6 +8,8 @@ innermost loop is `tensorize`d into mma.sync.  It is what `GpuSchedule` means, w
 """
 from __future__ import annotations
 
+from ...looptree.ir import GPU_BINDINGS
+
 
 def schedule_text(kernel) -> str:
     c, s, e = kernel.contraction, kernel.schedule, kernel
@@ -28,8 +30,8 @@ def schedule_text(kernel) -> str:
     else:
         what = f"GEMM {c.m}x{c.n}x{c.k}, B {'[k, n]' if c.b_kmajor else '[n, k]'}"
         if c.batch > 1:
-            shared = [op for op, b in (("A", c.a_batched), ("B", c.b_batched)) if not b]
-            what = (f"{c.batch} x {what} (block.z: the batch{'; ' + ' and '.join(shared) + ' shared' if shared else ''})")
+            shared = " and ".join(op for op, batched in (("A", c.a_batched), ("B", c.b_batched)) if not batched)
+            what = f"{c.batch} x {what} (block.z: the batch{'; ' + shared + ' shared' if shared else ''})"
     k_steps = -(-c.k // bk) if not (c.conv is not None and s.REORDER_INNER) else \
         c.conv.r * c.conv.s * (c.conv.c // bk)
     b_load = ("ldmatrix.trans" if c.b_kmajor and mma.ab_bytes == 2 else
@@ -38,7 +40,6 @@ def schedule_text(kernel) -> str:
         f"// {what}; {c.dtype} -> {c.out_dtype}, {mma.acc} accumulators",
         f"// grid {e.grid} x {e.block[0]} threads, {e.shared_bytes} bytes of shared memory",
     ]
-    from ...looptree.ir import GPU_BINDINGS
     bound = [f"{lp.var} ({lp.dim}) {kind}" for lp in c.loops for kind in GPU_BINDINGS if kind in lp.annotations]
     if bound:
         rows.append(f"// knobs stated by the tree's loops: {', '.join(bound)}")

@@ -90,16 +90,22 @@ PRESETS = (GpuSchedule(2, 4, 4, 4, 2, 0, 3), GpuSchedule(2, 2, 4, 4, 2, 0, 3), G
 
 def default_schedule(con: Contraction, target: str, model: GpuModel = H100) -> GpuSchedule:
     """The preset (or its REORDER_INNER=1 twin) the model predicts fastest for `con`."""
+    twins = (s for base in PRESETS for s in (base, base.replace(REORDER_INNER=1)))
+    return fastest(con, target, twins, model) or PRESETS[-1]
+
+
+def fastest(con: Contraction, target: str, candidates, model: GpuModel = H100) -> GpuSchedule | None:
+    """The candidate that compiles for `con` on `target` and that the model predicts fastest (the
+    first of equals), or None where none compiles in a finite time."""
     from ...errors import ScheduleError
     mma = mma_for(con.dtype)
-    best, best_t = PRESETS[-1], math.inf
-    for base in PRESETS:
-        for s in (base, base.replace(REORDER_INNER=1)):
-            try:
-                s.check(mma, target, con.b_kmajor, con.conv)
-            except ScheduleError:
-                continue
-            t = predict_seconds(con, s, model)
-            if t < best_t:
-                best, best_t = s, t
+    best, best_t = None, math.inf
+    for s in candidates:
+        try:
+            s.check(mma, target, con.b_kmajor, con.conv)
+        except ScheduleError:
+            continue
+        t = predict_seconds(con, s, model)
+        if t < best_t:
+            best, best_t = s, t
     return best
