@@ -110,10 +110,8 @@ def match(tree: LoopTree) -> Contraction:
     da, db = bufs[x.buffer].dtype, bufs[w.buffer].dtype
     if da != db:
         _no(f"multiplies {da} by {db}")
-    if len(oidx) == 2:
+    if len(oidx) == 2 or len(oidx) == 3 and 4 not in (len(x.index), len(w.index)):
         con = _gemm(st, x, w, oidx, dims, bufs, out)
-    elif len(oidx) == 3 and 4 not in (len(x.index), len(w.index)):
-        con = _batched_gemm(st, x, w, oidx, dims, bufs, out)
     elif len(oidx) in (3, 4):
         con = _conv(st, x, w, oidx, dims, bufs, out)
     else:
@@ -183,46 +181,30 @@ def _row_major(shape):
 
 
 def _gemm(st, x, w, oidx, dims, bufs, out) -> Contraction:
-    m, n = oidx
-    xi, wi = [_dim(a) for a in x.index], [_dim(a) for a in w.index]
-    if None in xi or None in wi or x.zero_pad or w.zero_pad:
-        _no("reads an operand at a computed index")
-    if xi[0] != m:                      # the operand indexed by m is A
-        x, w, xi, wi = w, x, wi, xi
-    if len(xi) != 2 or xi[0] != m or len(wi) != 2:
-        _no("is not a matrix product out[m, n] += A[m, k] * B[k, n]")
-    k = xi[1]
-    if wi == [k, n]:
-        kmajor = True
-    elif wi == [n, k]:
-        kmajor = False
-    else:
-        _no(f"indexes B as [{', '.join(wi)}] (expected [{k}, {n}] or [{n}, {k}])")
-    return Contraction(dims[m], dims[n], dims[k], bufs[x.buffer].dtype, out.dtype, x.buffer, w.buffer,
-                       out.name, kmajor, st.post, rows=(m,), col=n, red=(k,))
-
-
-def _batched_gemm(st, x, w, oidx, dims, bufs, out) -> Contraction:
-    """out[b, m, n] += A[b, m, k] * B[b, k, n] (or B[b, n, k]); an operand without b is shared
-    by every batch. The grid's z runs the batch: each CTA one block of one product."""
-    bd, m, n = oidx
+    """out[m, n] += A[m, k] * B[k, n] (or B[n, k]); batched, out[b, m, n] += A[b, m, k] * B[b, k, n]
+    where an operand without b is shared by every batch (the grid's z runs the batch)."""
+    bd = oidx[0] if len(oidx) == 3 else None
+    m, n = oidx[-2:]
     xi, wi = [_dim(a) for a in x.index], [_dim(a) for a in w.index]
     if None in xi or None in wi or x.zero_pad or w.zero_pad:
         _no("reads an operand at a computed index")
     if m not in xi:                     # the operand indexed by m is A
         x, w, xi, wi = w, x, wi, xi
-    a_b, b_b = xi[:1] == [bd], wi[:1] == [bd]
-    a2, b2 = xi[1:] if a_b else xi, wi[1:] if b_b else wi
-    if len(a2) != 2 or a2[0] != m or bd in a2 or bd in b2 or len(b2) != 2:
+    a_b, b_b = bd is not None and xi[:1] == [bd], bd is not None and wi[:1] == [bd]
+    a2, b2 = xi[a_b:], wi[b_b:]         # the operands' matrix indices
+    if len(a2) != 2 or a2[0] != m or len(b2) != 2 or bd in a2 or bd in b2:
+        if bd is None:
+            _no("is not a matrix product out[m, n] += A[m, k] * B[k, n]")
         _no(f"writes {out.name}[{', '.join(oidx)}] from [{', '.join(xi)}] and [{', '.join(wi)}]: a batched matrix "
             "product is out[b, m, n] += A[b, m, k] * B[b, k, n] (or B[b, n, k]), the batch first in the output "
             "and in each operand that has it")
     k = a2[1]
     if b2 not in ([k, n], [n, k]):
-        _no(f"indexes B as [{', '.join(wi)}] (expected [{bd}, {k}, {n}] or [{bd}, {n}, {k}])")
+        _no(f"indexes B as [{', '.join(wi)}] (expected [{k}, {n}] or [{n}, {k}]"
+            f"{f', after {bd}' if bd is not None else ''})")
+    batch = {} if bd is None else dict(batch=dims[bd], batch_dim=bd, a_batched=a_b, b_batched=b_b)
     return Contraction(dims[m], dims[n], dims[k], bufs[x.buffer].dtype, out.dtype, x.buffer, w.buffer,
-                       out.name, b2 == [k, n], st.post, rows=(m,), col=n, red=(k,), batch=dims[bd],
-                       batch_dim=bd, a_batched=a_b, b_batched=b_b)
+                       out.name, b2 == [k, n], st.post, rows=(m,), col=n, red=(k,), **batch)
 
 
 def _conv(st, x, w, oidx, dims, bufs, out) -> Contraction:
