@@ -231,17 +231,13 @@ class GemmEmitter:
                 ch = {"live": live, "soff": soff, "col_e": col_e, "row": row}
                 if is_a:
                     self._a_rows(ch)
-                elif c.b_kmajor:      # B rows are k: the column is n
-                    n = self.op3("add.u32", self.n0, col_e)
+                else:
+                    # B rows are k (the column is n), or n
+                    n = self.op3("add.u32", self.n0, col_e if c.b_kmajor else row)
                     ch["ok"] = self.pand(live, self.below(n, c.n, self.n_exact))
-                    ch["base"] = self.wide(self.ptrs[c.b], self._batched(self.op3("mul.lo.u32", n, self.es),
-                                                                         c.b_batched, c.k * c.n * self.es))
-                else:                 # B rows are n
-                    n = self.op3("add.u32", self.n0, row)
-                    ch["ok"] = self.pand(live, self.below(n, c.n, self.n_exact))
-                    nc = self.select(n, 0, ch["ok"])
-                    ch["base"] = self.wide(self.ptrs[c.b], self._batched(self.op3("mul.lo.u32", nc, c.k * self.es),
-                                                                         c.b_batched, c.k * c.n * self.es))
+                    start = (self.op3("mul.lo.u32", n, self.es) if c.b_kmajor else
+                             self.op3("mul.lo.u32", self.select(n, 0, ch["ok"]), c.k * self.es))
+                    ch["base"] = self.wide(self.ptrs[c.b], self._batched(start, c.b_batched, c.k * c.n * self.es))
                 out.append(ch)
 
     def _a_rows(self, ch):
