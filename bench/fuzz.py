@@ -534,12 +534,12 @@ def run_case(seed: int, index: int, targets, verbose: bool = False) -> dict:
 
 # ----------------------------------------------------------------------------- the runner
 
-def _child(seed, index, targets, wfd):
+def _child(case, seed, index, targets, wfd):
     # the child: run the case, write one JSON line, leave without running the parent's atexit
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        res = run_case(seed, index, targets)
+        res = case(seed, index, targets)
         os.write(wfd, (json.dumps(res) + "\n").encode())
     finally:
         os._exit(0)
@@ -554,14 +554,16 @@ def warm_up(targets) -> None:
         T.numpy(target=target)
 
 
-def run_cases(seed: int, indices, targets, jobs: int = 1, timeout: float = 60.0, progress=None):
-    """Run each case in a forked child; returns the list of results (with crash and hang)."""
-    warm_up(targets)
+def run_cases(seed: int, indices, targets, jobs: int = 1, timeout: float = 60.0, progress=None,
+              case=None, warm=None):
+    """Run each case (`case(seed, index, targets) -> result`, run_case by default) in a forked
+    child, after `warm(targets)` here; returns the list of results (with crash and hang)."""
+    (warm or warm_up)(targets)
     pending = list(indices)
     running: dict[int, tuple] = {}      # pid -> (index, read fd, start, chunks)
     results = []
     try:
-        _loop(seed, pending, running, results, targets, jobs, timeout, progress)
+        _loop(case or run_case, seed, pending, running, results, targets, jobs, timeout, progress)
     except KeyboardInterrupt:           # stopped early: the cases finished so far still count
         for pid, (_, fd, _, _) in running.items():
             os.kill(pid, signal.SIGKILL)
@@ -570,7 +572,7 @@ def run_cases(seed: int, indices, targets, jobs: int = 1, timeout: float = 60.0,
     return results
 
 
-def _loop(seed, pending, running, results, targets, jobs, timeout, progress):
+def _loop(case, seed, pending, running, results, targets, jobs, timeout, progress):
     while pending or running:
         while pending and len(running) < jobs:
             index = pending.pop(0)
@@ -578,7 +580,7 @@ def _loop(seed, pending, running, results, targets, jobs, timeout, progress):
             pid = os.fork()
             if pid == 0:
                 os.close(r)
-                _child(seed, index, targets, w)
+                _child(case, seed, index, targets, w)
             os.close(w)
             running[pid] = (index, r, time.monotonic(), [])
         fds = {v[1]: pid for pid, v in running.items()}
@@ -619,34 +621,41 @@ def _loop(seed, pending, running, results, targets, jobs, timeout, progress):
 COUNTED = ("wrong", "crash", "hang", "exception", "late")
 
 
-def summary(results, seed, targets) -> str:
+def summary(results, seed, targets, label="interp+") -> str:
     c = {k: sum(r["status"] == k for r in results) for k in COUNTED}
-    return (f"fuzz seed {seed}: {len(results)} cases on interp+{'+'.join(targets)}: {c['wrong']} wrong, "
+    return (f"fuzz seed {seed}: {len(results)} cases on {label}{'+'.join(targets)}: {c['wrong']} wrong, "
             f"{c['crash']} crashes, {c['hang']} hangs, {c['exception']} non-loopstack exceptions, "
             f"{c['late']} late loopstack errors")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None, *, doc=None, case=None, warm=None, targets_help="comma list of avx2,avx512, or 'host' "
+         "(all this CPU runs)", resolve_targets=None, label="interp+", name="fuzz") -> int:
+    """The command line of a fuzzer: this file's, or (with `case`, `warm` and the rest) another
+    family of cases run by the same child-process runner.  A status outside COUNTED (such as a
+    GPU fuzzer's `refused`) is not a failure; the JSON record counts every status."""
+    doc = doc or __doc__
+    case = case or run_case
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--start", type=int, default=0, help="first case index")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=60.0)
-    ap.add_argument("--targets", default="host", help="comma list of avx2,avx512, or 'host' (all this CPU runs)")
+    ap.add_argument("--targets", default="host", help=targets_help)
     ap.add_argument("--case", type=int, default=None, help="replay one case in-process, verbosely")
     ap.add_argument("--json", default=None)
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
-    targets = host_targets() if a.targets == "host" else [t for t in a.targets.split(",") if t]
+    resolve_targets = resolve_targets or (lambda t: host_targets() if t == "host" else [x for x in t.split(",") if x])
+    targets = resolve_targets(a.targets)
     if a.case is not None:
-        res = run_case(a.seed, a.case, targets, verbose=True)
+        res = case(a.seed, a.case, targets, verbose=True)
         print(json.dumps(res, indent=1))
-        return 0 if res["status"] == "ok" else 1
+        return 0 if res["status"] not in COUNTED else 1
     t0 = time.monotonic()
 
     def progress(res, done):
-        if res["status"] != "ok":
+        if res["status"] in COUNTED:
             print(f"case {res['case']} ({res['family']}): {res['status']}: {res['detail']}", flush=True)
         elif not a.quiet and done % 100 == 0:
             print(f"... {done}/{a.n} cases, {time.monotonic() - t0:.0f} s", flush=True)
@@ -655,21 +664,22 @@ def main(argv=None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)       # `kill` ends the run with the summary of what ran
-    results = run_cases(a.seed, range(a.start, a.start + a.n), targets, a.jobs, a.timeout, progress)
-    line = summary(results, a.seed, targets)
+    results = run_cases(a.seed, range(a.start, a.start + a.n), targets, a.jobs, a.timeout, progress, case, warm)
+    line = summary(results, a.seed, targets, label)
     print(line)
     if a.json:
-        counts = {k: sum(r["status"] == k for r in results) for k in COUNTED}
+        statuses = sorted({r["status"] for r in results} | set(COUNTED))
+        counts = {k: sum(r["status"] == k for r in results) for k in statuses}
         fams: dict = {}
         for r in results:
             fams[r["family"]] = fams.get(r["family"], 0) + 1
-        rec = [{"name": f"fuzz-seed{a.seed}-n{len(results)}", "cases": len(results), **counts,
+        rec = [{"name": f"{name}-seed{a.seed}-n{len(results)}", "cases": len(results), **counts,
                 "seconds": round(time.monotonic() - t0, 1), "targets": ",".join(targets),
                 "families": fams,
-                "failures": [r for r in results if r["status"] != "ok"]}]
+                "failures": [r for r in results if r["status"] in COUNTED]}]
         from loopstack.timing import write_records
         write_records(a.json, rec)
-    return 0 if all(r["status"] == "ok" for r in results) else 1
+    return 0 if all(r["status"] not in COUNTED for r in results) else 1
 
 
 if __name__ == "__main__":

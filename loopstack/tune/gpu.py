@@ -26,13 +26,12 @@ from ..backend.ptx.knobs import KNOB_VALUES
 from ..backend.ptx.match import Contraction, match
 from ..backend.ptx.model import H100, GpuModel, predict_seconds
 from ..errors import ScheduleError
-from ..isa.ptx.mma import mma_for
 from .mappers import _diverse
 
 
 def valid(con: Contraction, s: GpuSchedule, target: str) -> bool:
     try:
-        s.check(mma_for(con.dtype), target, con.b_kmajor, con.conv)
+        s.check(con.mma, target, con.b_kmajor, con.conv)
         return True
     except ScheduleError:
         return False
@@ -83,7 +82,7 @@ def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, genera
     if hasattr(tree, "lower"):
         tree = tree.lower()
     con = match(tree)
-    fixed = stated_knobs(con, mma_for(con.dtype))     # a tree's bound loops keep their knobs
+    fixed = stated_knobs(con, con.mma)     # a tree's bound loops keep their knobs
 
     def pin(s: GpuSchedule) -> GpuSchedule:
         return s.replace(**fixed) if fixed else s

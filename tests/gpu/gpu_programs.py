@@ -9,7 +9,8 @@ def bf16():
     return ml_dtypes.bfloat16
 
 
-NP_DTYPES = {"float16": np.float16, "float32": np.float32, "int8": np.int8, "int32": np.int32}
+NP_DTYPES = {"float16": np.float16, "float32": np.float32, "int8": np.int8, "uint8": np.uint8, "int32": np.int32}
+INTEGER = ("int8", "uint8")
 
 
 def np_dtype(name):
@@ -21,16 +22,19 @@ def random(shape, dtype, rng):
         return np.zeros(shape, np_dtype(dtype))
     if dtype in ("int8", "int32"):
         return rng.integers(-8, 8, shape).astype(np_dtype(dtype))
+    if dtype == "uint8":             # the high bit set: read as int8 these would be negative
+        return rng.integers(0, 256, shape).astype(np.uint8)
     return (rng.standard_normal(shape) * 0.5).astype(np_dtype(dtype))
 
 
-def gemm(m, n, k, dtype, rng, b_transposed=False, bias=False, relu=False, scale=None):
-    """C = post(A . B): A [m, k]; B [k, n] (or [n, k]); returns (tensor, arrays, numpy reference).
+def gemm(m, n, k, dtype, rng, b_transposed=False, bias=False, relu=False, scale=None, b_dtype=None):
+    """C = post(A . B): A [m, k] of `dtype`; B [k, n] (or [n, k]) of `b_dtype` (A's by default);
+    returns (tensor, arrays, numpy reference).
 
     The reference is computed lazily (`ref()`), so big programs cost nothing until checked."""
     s = lt.SymbolGenerator()
     a = random((m, k), dtype, rng)
-    b = random((n, k) if b_transposed else (k, n), dtype, rng)
+    b = random((n, k) if b_transposed else (k, n), b_dtype or dtype, rng)
     A = lt.Tensor(a).to(s.m, s.k)
     B = lt.Tensor(b).to(s.n, s.k) if b_transposed else lt.Tensor(b).to(s.k, s.n)
     C = (A * B).sum(s.k)
@@ -38,7 +42,7 @@ def gemm(m, n, k, dtype, rng, b_transposed=False, bias=False, relu=False, scale=
     if scale is not None:
         C = C * scale
     if bias:
-        v = random((n,), "int32" if dtype == "int8" else dtype, rng)   # an integer GEMM adds int32
+        v = random((n,), "int32" if dtype in INTEGER else dtype, rng)   # an integer GEMM adds int32
         C = C + lt.Tensor(v).to(C.symbolic_shape[1])
         arrays.append(v)
     if relu:
@@ -54,11 +58,12 @@ def gemm(m, n, k, dtype, rng, b_transposed=False, bias=False, relu=False, scale=
     return C, arrays, ref
 
 
-def conv(batch, h, c, k, dtype, rng, r=3, stride=1, pad=1):
-    """Y = conv(X [batch, h, h, c], W [r, r, c, k]) in NHWC, as the frontend spells it."""
+def conv(batch, h, c, k, dtype, rng, r=3, stride=1, pad=1, w_dtype=None):
+    """Y = conv(X [batch, h, h, c] of `dtype`, W [r, r, c, k] of `w_dtype` (X's by default)) in
+    NHWC, as the frontend spells it."""
     s = lt.SymbolGenerator()
     x = random((batch, h, h, c), dtype, rng)
-    w = random((r, r, c, k), dtype, rng)
+    w = random((r, r, c, k), w_dtype or dtype, rng)
     X = lt.Tensor(x).to(s.b, s.h, s.w, s.c)
     if pad:
         X = lt.nn.pad(X, (s.h, pad), (s.w, pad))
@@ -126,8 +131,8 @@ def contraction_nodes(tree):
     return total.inputs[0], total.id
 
 
-def requantized(m, n, k, rng, out_dtype="int8", per_channel=True, zero_point=3, relu=True):
-    """An int8 GEMM + int32 bias (+ relu) requantized into `out_dtype`, ONNX QLinearMatMul's way:
+def requantized(m, n, k, rng, out_dtype="int8", per_channel=True, zero_point=3, relu=True, a_dtype="int8"):
+    """An `a_dtype` x int8 GEMM + int32 bias (+ relu) requantized into `out_dtype`, ONNX QLinearMatMul's way:
     saturate(round_half_even(float32(acc) * scale) + zero_point). A loop tree (the DSL has no
     requantization), its arguments and the numpy reference."""
     from dataclasses import replace
@@ -135,7 +140,7 @@ def requantized(m, n, k, rng, out_dtype="int8", per_channel=True, zero_point=3, 
     from loopstack.looptree.builders import access
     from loopstack.looptree.ir import Buffer, Compute, Const, Load, LoopTree, Requant
 
-    C, arrays, _ = gemm(m, n, k, "int8", rng, bias=True, relu=relu)
+    C, arrays, _ = gemm(m, n, k, a_dtype, rng, bias=True, relu=relu, b_dtype="int8")
     tree = C.loop_tree.lower()
     col = next(s for _, s in tree.computes()).out.index[1].terms[0][0]
     scale = (rng.uniform(0.001, 0.1, n) if per_channel else np.array([0.0371])).astype(np.float32)
@@ -172,7 +177,7 @@ def batched(batch, m, n, k, dtype, rng, b_shared=False, b_transposed=False, bias
     C = (lt.Tensor(a).to(s.b, s.m, s.k) * B).sum(s.k)
     arrays = [a, b]
     if bias:
-        v = random((n,), "int32" if dtype == "int8" else dtype, rng)
+        v = random((n,), "int32" if dtype in INTEGER else dtype, rng)
         C = C + lt.Tensor(v).to(C.symbolic_shape[2])
         arrays.append(v)
 

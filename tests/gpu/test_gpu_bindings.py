@@ -197,6 +197,21 @@ def test_tensorize_names_the_mma_form_of_the_operands(request_, ok):
             lt.compile(C, target="sm_90")
 
 
+@pytest.mark.parametrize("request_, ok", [("mma.m16n8k32.u8.s8", True), ("mma.m16n8k32", True),
+                                          ("mma.m16n8k32.u8", False), ("mma.m16n8k32.s8", False)])
+def test_a_whole_mma_name_must_be_the_form_of_both_operands(request_, ok):
+    """uint8 activations by int8 weights multiply with mma...u8.s8; a prefix names the family."""
+    C, _, _ = gemm(64, 64, 64, "uint8", None, b_dtype="int8")
+    t = C.loop_tree
+    _, total = contraction_nodes(t)
+    C.set(t.tensorize(t.ref_of(total), request_))
+    if ok:
+        assert ".s32.u8.s8.s32" in lt.compile(C, target="sm_90").ptx
+    else:
+        with pytest.raises(ScheduleError, match="multiplies uint8 by int8 operands with mma.m16n8k32.u8.s8"):
+            lt.compile(C, target="sm_90")
+
+
 def test_a_bound_schedule_is_saved_and_replayed():
     sched = GpuSchedule(2, 1, 1, 2, 2, 1, 2)
     C, _, _ = gemm(96, 64, 64, "bfloat16", None)

@@ -32,7 +32,7 @@ knobs = st.builds(GpuSchedule,
 
 
 def _tolerance(dtype, k):
-    if dtype == "int8":
+    if dtype in ("int8", "uint8"):
         return 0, 0                      # integer products are exact
     return (2e-2, 2e-2 * np.sqrt(k)) if dtype == "float16" else (5e-2, 8e-2 * np.sqrt(k))
 
@@ -104,6 +104,34 @@ def test_conv_k_steps_within_one_tap_and_across_taps(dtype, c):
     _run(Y, arrays, ref, GpuTarget("sm_90", GpuSchedule(2, 1, 1, 2, chunk, 0, 2)), dtype, 9 * c)
 
 
+BYTE_PAIRS = [("uint8", "int8"), ("int8", "uint8"), ("uint8", "uint8")]
+
+
+@settings(max_examples=8)
+@given(pair=st.sampled_from(BYTE_PAIRS), m=st.integers(1, 80), n=st.integers(1, 64), k=st.integers(1, 96),
+       b_transposed=st.booleans(), bias=st.booleans(), relu=st.booleans(), sched=knobs, seed=st.integers(0, 99))
+def test_uint8_operands_multiply_with_their_own_mma_form(pair, m, n, k, b_transposed, bias, relu, sched, seed):
+    """uint8 activations by int8 weights (ONNX's usual quantization), and the other pairings: the
+    kernel multiplies with the mma form of both operand types; uint8 values reach 255, so a byte
+    read with the wrong signedness shows."""
+    a, b = pair
+    C, arrays, ref = gemm(m, n, k, a, np.random.default_rng(seed), b_transposed, bias, relu, b_dtype=b)
+    kern = lt.compile(C, target=GpuTarget("sm_90", sched))
+    types = {"int8": "s8", "uint8": "u8"}
+    assert f"m16n8k32.row.col.s32.{types[a]}.{types[b]}.s32" in kern.ptx
+    _run(C, arrays, ref, GpuTarget("sm_90", sched), a, k)
+
+
+@settings(max_examples=4)
+@given(pair=st.sampled_from(BYTE_PAIRS), h=st.integers(3, 8), c=st.sampled_from([8, 32, 40]),
+       kout=st.integers(1, 40), stride=st.sampled_from([1, 2]), sched=knobs, seed=st.integers(0, 99))
+def test_uint8_convolutions_match_numpy(pair, h, c, kout, stride, sched, seed):
+    Y, arrays, ref = conv(2, h, c, kout, pair[0], np.random.default_rng(seed), stride=stride, w_dtype=pair[1])
+    if sched.REORDER_INNER and c % (32 * sched.CHUNK):
+        sched = sched.replace(REORDER_INNER=0)
+    _run(Y, arrays, ref, GpuTarget("sm_80", sched), pair[0], 9 * c)
+
+
 OUT_TYPES = {"float16": ["float32", "float16"], "bfloat16": ["float32", "bfloat16"], "int8": ["int32", "int8"]}
 
 
@@ -162,13 +190,15 @@ def test_large_knobs_agree(dtype, what, sched):
 @settings(max_examples=6)
 @given(m=st.integers(1, 80), n=st.integers(1, 48), k=st.integers(1, 96), out=st.sampled_from(["int8", "uint8"]),
        per_channel=st.booleans(), zero_point=st.sampled_from([0, 3, -5, 127]), relu=st.booleans(),
-       sched=knobs, seed=st.integers(0, 99))
-def test_requantized_int8_gemms_saturate_as_onnx_defines(m, n, k, out, per_channel, zero_point, relu, sched, seed):
-    """int8 x int8 -> int32 (+ bias, relu) -> saturate(round_half_even(acc * scale) + zero point),
-    against numpy and the loop-tree interpreter."""
+       a_dtype=st.sampled_from(["int8", "uint8"]), sched=knobs, seed=st.integers(0, 99))
+def test_requantized_int8_gemms_saturate_as_onnx_defines(m, n, k, out, per_channel, zero_point, relu, a_dtype,
+                                                         sched, seed):
+    """int8 (or uint8) x int8 -> int32 (+ bias, relu) -> saturate(round_half_even(acc * scale) + zero
+    point), against numpy and the loop-tree interpreter."""
     from loopstack.backend import compile as compile_tree
     zero_point = abs(zero_point) * 2 if out == "uint8" else zero_point      # within the output's range
-    tree, arrays, ref = requantized(m, n, k, np.random.default_rng(seed), out, per_channel, zero_point, relu)
+    tree, arrays, ref = requantized(m, n, k, np.random.default_rng(seed), out, per_channel, zero_point, relu,
+                                    a_dtype)
     kern = compile_tree(tree, target=GpuTarget("sm_90", sched))
     got = np.zeros((m, n), np.dtype(out))
     kern.simulate(*arrays, got)

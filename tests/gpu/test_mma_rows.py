@@ -81,6 +81,8 @@ def tables(row):
 def _operands(row, rng):
     kern = compile_tree(row.description(), target="interp")
     a, b, c, d = kern.random_arguments(int(rng.integers(1 << 30)))
+    if row.ab_bytes == 1:       # every byte value, so that reading u8 as s8 (or back) shows
+        a, b = (rng.integers(0, 256, x.shape).astype(np.uint8).view(x.dtype) for x in (a, b))
     return kern, a, b, c, d
 
 
@@ -91,7 +93,7 @@ def test_the_single_mma_kernels_assemble():
 
 @pytest.mark.skipif(importlib.util.find_spec("loopstack.isa.ptx.sim") is None,
                     reason="the SIMT reference interpreter is not in this build")
-@pytest.mark.parametrize("row", MMA_SHAPES, ids=[f"{r.shape}.{r.ab}" for r in MMA_SHAPES])
+@pytest.mark.parametrize("row", MMA_SHAPES, ids=[f"{r.shape}.{r.label}" for r in MMA_SHAPES])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_layouts_and_description_agree_with_the_instruction(row, seed):
     from loopstack.isa.ptx.sim import launch

@@ -13,7 +13,11 @@ def test_mma_rows_tile_their_operands_and_name_their_instruction():
     names = {row.opcode() for row in MMA_SHAPES}
     assert names == {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
                      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-                     "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"}
+                     "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32",
+                     "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32",
+                     "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32",
+                     "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32"}
+    assert mma_for("uint8", "int8").label == "u8.s8" and mma_for("uint8").label == "u8"
     for row in MMA_SHAPES:
         for op, (r, c) in (("a", (row.m, row.k)), ("b", (row.k, row.n)), ("c", (row.m, row.n))):
             cells = {row.layout(op)(lane, i) for lane in range(32) for i in range(row.elements(op))}

@@ -146,3 +146,37 @@ def test_device_arrays_are_passed_without_copies_and_big_tiles_opt_in(fake_gpu):
     got = devs[-1].numpy()
     np.testing.assert_allclose(got.astype(np.float64), ref(), rtol=2e-2, atol=0.1)
     assert k.benchmark(*arrays, np.zeros((32, 40), np.float16), runs=2) == pytest.approx(k.flops / 0.5e-3 / 1e9)
+
+
+def _fuzz_gpu():
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    import fuzz_gpu
+    return fuzz_gpu
+
+
+def test_the_gpu_fuzzers_device_target_runs_each_kernel_through_the_driver(fake_gpu):
+    """bench/fuzz_gpu.py's `device` target: each kernel runs through the driver too, and its result
+    is held against numpy and the interpreter's (here the stand-in's launches are the interpreter)."""
+    fuzz_gpu = _fuzz_gpu()
+    results = [fuzz_gpu.run_case(7, i, ["sm_90", "device"]) for i in range(8)]
+    assert all(r["status"] in ("ok", "refused") for r in results), results
+    ran = sum(r["status"] == "ok" for r in results)
+    assert ran >= 4 and len(fake_gpu.launches) == ran
+
+
+def test_the_gpu_fuzzer_reports_a_gpu_result_that_differs(fake_gpu, monkeypatch):
+    fuzz_gpu = _fuzz_gpu()
+    copy_back = fake_gpu.cuMemcpyDtoH_v2
+
+    def off_by_one(dst, src, n):         # a "GPU" whose results come back with one byte changed
+        code = copy_back(dst, src, n)
+        view = fake_gpu.ffi.buffer(dst, n)
+        view[n - 1] = bytes([(view[n - 1][0] + 1) % 256])
+        return code
+    monkeypatch.setattr(fake_gpu, "cuMemcpyDtoH_v2", off_by_one)
+    results = [fuzz_gpu.run_case(7, i, ["sm_90", "device"]) for i in range(8)]
+    wrong = [r for r in results if r["status"] == "wrong"]
+    assert wrong and all("on the GPU" in r["detail"] or "the GPU and the interpreter differ" in r["detail"]
+                         for r in wrong), results

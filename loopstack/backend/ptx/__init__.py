@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 
 from ...errors import UnsupportedError
-from ...isa.ptx.mma import mma_for
 from .bind import binds, check_request, tree_schedule
 from .emit import GemmEmitter
 from .kernel import PtxKernel
@@ -61,7 +60,7 @@ def compile_ptx(tree, target: str = "sm_90", schedule=None) -> PtxKernel:
     if target not in TARGETS:
         raise UnsupportedError(f"GPU target {target!r}: one of {', '.join(TARGETS)}")
     con = match(tree)
-    mma = mma_for(con.dtype)
+    mma = con.mma
     check_request(con, mma)
     if binds(con):                  # the loops state the knobs; `schedule` completes them
         given = {} if schedule is None else schedule if isinstance(schedule, dict) else schedule.knobs()
@@ -74,7 +73,7 @@ def compile_ptx(tree, target: str = "sm_90", schedule=None) -> PtxKernel:
     names = [b.name for b in tree.arguments]
     dtypes = {b.name: b.dtype for b in tree.buffers}
     kind = "conv" if con.conv else "gemm"
-    entry = f"loopstack_{kind}_{mma.ab}"
+    entry = f"loopstack_{kind}_{mma.label.replace('.', '_')}"
     em = GemmEmitter(con, sched, mma, target, entry, names, dtypes)
     ptx = em.emit()
     if sched.REORDER_INNER and con.conv is None:

@@ -48,11 +48,14 @@ def check_request(con, mma) -> None:
     req = con.tensorize
     if req in ("", "auto"):
         return
-    from ..tensorize.registry import family
+    from ..tensorize.registry import REGISTRY, family
 
-    want = f"mma.{mma.shape}.{mma.ab}"
-    if want not in {t.name for t in family(req)}:
-        raise ScheduleError(f"tensorize {req!r}: the GPU multiplies {con.dtype} operands with {want}")
+    want = f"mma.{mma.shape}.{mma.label}"
+    # a whole name must be the form ("mma.m16n8k32.s8" is not u8 x s8's); a prefix, a family of them
+    named = req if req in {t.name for t in REGISTRY} else None
+    if want != named and (named or want not in {t.name for t in family(req)}):
+        operands = con.dtype if not con.b_dtype else f"{con.dtype} by {con.b_dtype}"
+        raise ScheduleError(f"tensorize {req!r}: the GPU multiplies {operands} operands with {want}")
 
 
 def stated_knobs(con, mma) -> dict:

@@ -13,8 +13,7 @@ from ...looptree.ir import GPU_BINDINGS
 
 def schedule_text(kernel) -> str:
     c, s, e = kernel.contraction, kernel.schedule, kernel
-    from ...isa.ptx.mma import mma_for
-    mma = mma_for(c.dtype)
+    mma = c.mma
     bk = s.bk(mma)
     gx, gy, _ = e.grid
     grid_m, grid_n = ("block.x", "block.y") if s.REORDER_INNER and c.conv is None else ("block.y", "block.x")
@@ -37,7 +36,7 @@ def schedule_text(kernel) -> str:
     b_load = ("ldmatrix.trans" if c.b_kmajor and mma.ab_bytes == 2 else
               "ldmatrix (of B transposed in shared memory)" if c.b_kmajor else "ldmatrix")
     rows = [
-        f"// {what}; {c.dtype} -> {c.out_dtype}, {mma.acc} accumulators",
+        f"// {what}; {c.dtype}{f' x {c.b_dtype}' if c.b_dtype else ''} -> {c.out_dtype}, {mma.acc} accumulators",
         f"// grid {e.grid} x {e.block[0]} threads, {e.shared_bytes} bytes of shared memory",
     ]
     bound = [f"{lp.var} ({lp.dim}) {kind}" for lp in c.loops for kind in GPU_BINDINGS if kind in lp.annotations]

@@ -526,7 +526,7 @@ class GemmEmitter:
         k = self.k
         buf = ld.access.buffer
         dt = self.dtypes[buf]
-        es = {"float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int8": 1}.get(dt)
+        es = {"float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int8": 1, "uint8": 1}.get(dt)
         if es is None:
             raise UnsupportedError(f"epilogue vector {buf} of {dt}")
         addr = self.wide(self.ptrs[buf], self.op3("mul.lo.u32", self.op3("add.u32", col, e), es))
@@ -538,10 +538,10 @@ class GemmEmitter:
             if (ct == "f32") == (dt == "float32"):
                 return r
             return self._cvt(r, ct)
-        if dt == "int8":
+        if es == 1:
             r = k.reg("s32")
             k.ins("mov.s32", r, 0)
-            k.ins("ld.global.s8", r, Addr(addr), pred=ok)
+            k.ins(f"ld.global.{'s8' if dt == 'int8' else 'u8'}", r, Addr(addr), pred=ok)
             return r if ct == "s32" else self._cvt(r, ct)
         h = k.reg("b16")
         k.ins("mov.b16", h, 0)

@@ -22,8 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ...errors import UnsupportedError
+from ...isa.ptx.mma import mma_for
 from ...looptree.ir import Acc, Binary, Compute, Const, Load, Loop, LoopTree, Unary
 
+INTEGER_8 = frozenset({"int8", "uint8"})   # either signedness on either side: the u8/s8 mma forms
 POST_UNARY = ("relu", "neg")
 POST_BINARY = ("add", "sub", "mul", "max", "min")
 
@@ -48,7 +50,7 @@ class Contraction:
     m: int
     n: int
     k: int
-    dtype: str              # of A and B
+    dtype: str              # of A (and of B, unless b_dtype says otherwise)
     out_dtype: str
     a: str                  # buffer names
     b: str
@@ -71,6 +73,12 @@ class Contraction:
     batch_dim: str = ""
     a_batched: bool = False
     b_batched: bool = False
+    b_dtype: str = ""       # B's where it differs from A's (uint8 by int8, int8 by uint8)
+
+    @property
+    def mma(self):
+        """The mma.sync form that multiplies A by B."""
+        return mma_for(self.dtype, self.b_dtype or None)
 
     @property
     def flops(self) -> int:
@@ -108,7 +116,7 @@ def match(tree: LoopTree) -> Contraction:
         _no(f"writes {out.name} at a computed index")
     x, w = e.a.access, e.b.access
     da, db = bufs[x.buffer].dtype, bufs[w.buffer].dtype
-    if da != db:
+    if da != db and not {da, db} <= INTEGER_8:
         _no(f"multiplies {da} by {db}")
     if len(oidx) == 2 or len(oidx) == 3 and 4 not in (len(x.index), len(w.index)):
         con = _gemm(st, x, w, oidx, dims, bufs, out)
@@ -116,7 +124,9 @@ def match(tree: LoopTree) -> Contraction:
         con = _conv(st, x, w, oidx, dims, bufs, out)
     else:
         _no(f"writes a {len(oidx)}-d output")
-    con = replace(con, init=init, loops=loops, tensorize=st.tensorize, requant=st.requant)
+    b_dtype = bufs[con.b].dtype
+    con = replace(con, init=init, loops=loops, tensorize=st.tensorize, requant=st.requant,
+                  b_dtype="" if b_dtype == con.dtype else b_dtype)
     _check_post(init, con, bufs, oidx[-1])
     _check_post(st.post, con, bufs, oidx[-1])
     if st.requant is not None:
@@ -125,9 +135,9 @@ def match(tree: LoopTree) -> Contraction:
 
 
 def _check_requant(rq, con: Contraction, bufs, n_dim: str) -> None:
-    """An int8 product requantized into int8 or uint8, by a constant or per-column float32 scale."""
-    if con.dtype != "int8" or con.out_dtype not in ("int8", "uint8"):
-        _no(f"requantizes {con.dtype} products into {con.out_dtype} (int8 into int8 or uint8 expected)")
+    """An 8-bit integer product requantized into int8 or uint8, by a constant or per-column float32 scale."""
+    if con.dtype not in INTEGER_8 or con.out_dtype not in INTEGER_8:
+        _no(f"requantizes {con.dtype} products into {con.out_dtype} (8-bit integers into int8 or uint8 expected)")
     _check_post(rq.scale, con, bufs, n_dim)
     if isinstance(rq.scale, Load) and bufs[rq.scale.access.buffer].dtype != "float32":
         _no(f"scales by {rq.scale.access.buffer} of {bufs[rq.scale.access.buffer].dtype} (float32 expected)")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ...isa.ptx.mma import mma_for
 from .knobs import GpuSchedule
 from .match import Contraction
 
@@ -24,7 +23,7 @@ class GpuModel:
     clock_ghz: float = 1.755
     # dense tensor-core flops per SM per cycle through mma.sync: about two thirds of the 4096
     # (f16) that wgmma reaches, as mma.sync kernels measure on Hopper
-    mma_flops_per_sm_cycle: dict = field(default_factory=lambda: {"f16": 2730, "bf16": 2730, "s8": 5460})
+    mma_flops_per_sm_cycle: dict = field(default_factory=lambda: {"f16": 2730, "bf16": 2730, "s8": 5460, "u8": 5460})
     smem_per_sm: int = 228 * 1024
     regs_per_sm: int = 65536
     threads_per_sm: int = 2048
@@ -45,7 +44,7 @@ def registers_per_thread(s: GpuSchedule) -> int:
 
 
 def predict_seconds(con: Contraction, s: GpuSchedule, model: GpuModel = H100) -> float:
-    mma = mma_for(con.dtype)
+    mma = con.mma
     smem = s.shared_bytes(mma, con.b_kmajor)
     regs = registers_per_thread(s) * s.threads
     per_sm = min(model.smem_per_sm // max(smem, 1), model.regs_per_sm // regs,
@@ -98,7 +97,7 @@ def fastest(con: Contraction, target: str, candidates, model: GpuModel = H100) -
     """The candidate that compiles for `con` on `target` and that the model predicts fastest (the
     first of equals), or None where none compiles in a finite time."""
     from ...errors import ScheduleError
-    mma = mma_for(con.dtype)
+    mma = con.mma
     best, best_t = None, math.inf
     for s in candidates:
         try:

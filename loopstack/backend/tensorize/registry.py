@@ -123,10 +123,10 @@ def _amx(mnemonic: str, a_dtype: str, b_dtype: str) -> TensorInstr:
 
 def _mma(row: MmaShape) -> TensorInstr:
     """A tensor-core form, from its row in the PTX backend's table (isa/ptx/mma.py): the name
-    a schedule's `tensorize` gives ("mma.m16n8k16.f16"), one warp's m x n x k tile."""
-    ab, acc = row.dtypes
-    return TensorInstr(f"mma.{row.shape}.{row.ab}", "ptx", frozenset({"sm_80"}),
-                       mma_desc(row.m, row.n, row.k, ab, ab, acc), row.opcode(), 0, _MMA_OPERANDS)
+    a schedule's `tensorize` gives ("mma.m16n8k16.f16", "mma.m16n8k32.u8.s8"), one warp's m x n x k tile."""
+    a, b, acc = row.dtypes
+    return TensorInstr(f"mma.{row.shape}.{row.label}", "ptx", frozenset({"sm_80"}),
+                       mma_desc(row.m, row.n, row.k, a, b, acc), row.opcode(), 0, _MMA_OPERANDS)
 
 
 REGISTRY: tuple[TensorInstr, ...] = tuple(

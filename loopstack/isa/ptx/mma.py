@@ -48,7 +48,7 @@ class MmaShape:
     """One mma.sync form: shape, element types, registers per thread and fragment layouts."""
 
     shape: str            # "m16n8k16"
-    ab: str               # PTX type of A and B elements: "f16", "bf16", "s8"
+    ab: str               # PTX type of A's elements, and of B's where `b` is "": "f16", "bf16", "s8", "u8"
     acc: str              # PTX type of C and D: "f32", "s32"
     m: int
     n: int
@@ -57,6 +57,16 @@ class MmaShape:
     a_layout: Layout
     b_layout: Layout
     c_layout: Layout
+    b: str = ""           # B's element type where it differs from A's (the integer forms mix u8 and s8)
+
+    @property
+    def b_type(self) -> str:
+        return self.b or self.ab
+
+    @property
+    def label(self) -> str:
+        """The operand types as a name: "f16", "s8", or "u8.s8" where A's and B's differ."""
+        return self.ab if self.b_type == self.ab else f"{self.ab}.{self.b_type}"
 
     @property
     def ab_bytes(self) -> int:
@@ -81,13 +91,13 @@ class MmaShape:
 
     def opcode(self) -> str:
         """The instruction's full name, e.g. mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32."""
-        return f"mma.sync.aligned.{self.shape}.row.col.{self.acc}.{self.ab}.{self.ab}.{self.acc}"
+        return f"mma.sync.aligned.{self.shape}.row.col.{self.acc}.{self.ab}.{self.b_type}.{self.acc}"
 
     @property
-    def dtypes(self) -> tuple[str, str]:
-        """numpy dtype names of the A/B elements and of the accumulator."""
-        ab = {v: k for k, v in _BY_DTYPE.items()}[self.ab]
-        return ab, {"f32": "float32", "s32": "int32"}[self.acc]
+    def dtypes(self) -> tuple[str, str, str]:
+        """numpy dtype names of A's elements, of B's and of the accumulator."""
+        names = {v: k for k, v in _BY_DTYPE.items()}
+        return names[self.ab], names[self.b_type], {"f32": "float32", "s32": "int32"}[self.acc]
 
     def description(self):
         """The instruction's semantics as a loopstack program (UNIT's tensor-instruction
@@ -95,8 +105,8 @@ class MmaShape:
         accumulating in the accumulator's type.  Arguments: A, B, C, then D."""
         from ...looptree.ir import Binary, Buffer, Compute, Load, Loop, LoopTree
         from ...looptree.builders import access
-        ab, acc = self.dtypes
-        bufs = (Buffer("A", ab, (self.m, self.k), "input"), Buffer("B", ab, (self.k, self.n), "input"),
+        a, b, acc = self.dtypes
+        bufs = (Buffer("A", a, (self.m, self.k), "input"), Buffer("B", b, (self.k, self.n), "input"),
                 Buffer("C", acc, (self.m, self.n), "input"), Buffer("D", acc, (self.m, self.n), "output"))
         stmt = Compute("D", access("D", "m", "n"),
                        Binary("mul", Load(access("A", "m", "k")), Load(access("B", "k", "n"))),
@@ -109,7 +119,7 @@ class MmaShape:
         for op, (rows, cols) in (("a", (self.m, self.k)), ("b", (self.k, self.n)), ("c", (self.m, self.n))):
             seen = {self.layout(op)(lane, i) for lane in range(32) for i in range(self.elements(op))}
             if len(seen) != rows * cols or not all(0 <= r < rows and 0 <= c < cols for r, c in seen):
-                raise ValueError(f"MmaShape {self.shape}.{self.ab}: the {op} layout does not tile {rows}x{cols}")
+                raise ValueError(f"MmaShape {self.shape}.{self.label}: the {op} layout does not tile {rows}x{cols}")
 
 
 # the registry of tensor-core instructions: each row its semantics (`description()`), its
@@ -118,17 +128,23 @@ MMA_SHAPES: tuple[MmaShape, ...] = (
     MmaShape("m16n8k16", "f16", "f32", 16, 8, 16, (4, 2, 4), _f16_a, _f16_b, _acc),
     MmaShape("m16n8k16", "bf16", "f32", 16, 8, 16, (4, 2, 4), _f16_a, _f16_b, _acc),
     MmaShape("m16n8k32", "s8", "s32", 16, 8, 32, (4, 2, 4), _s8_a, _s8_b, _acc),
+    # 8-bit integers of either signedness on either side (uint8 activations, int8 weights: ONNX's
+    # usual quantization), with the s8 layouts: the fragments hold bytes either way
+    MmaShape("m16n8k32", "u8", "s32", 16, 8, 32, (4, 2, 4), _s8_a, _s8_b, _acc, b="s8"),
+    MmaShape("m16n8k32", "s8", "s32", 16, 8, 32, (4, 2, 4), _s8_a, _s8_b, _acc, b="u8"),
+    MmaShape("m16n8k32", "u8", "s32", 16, 8, 32, (4, 2, 4), _s8_a, _s8_b, _acc),
 )
 
 # numpy dtype names of the inputs -> PTX element type of the mma form
-_BY_DTYPE = {"float16": "f16", "bfloat16": "bf16", "int8": "s8"}
+_BY_DTYPE = {"float16": "f16", "bfloat16": "bf16", "int8": "s8", "uint8": "u8"}
 
 
-def mma_for(dtype: str) -> MmaShape:
-    """The mma.sync form that multiplies inputs of numpy dtype `dtype`."""
-    ab = _BY_DTYPE.get(dtype)
+def mma_for(a_dtype: str, b_dtype: str | None = None) -> MmaShape:
+    """The mma.sync form that multiplies A of numpy dtype `a_dtype` by B of `b_dtype` (A's by default)."""
+    a, b = _BY_DTYPE.get(a_dtype), _BY_DTYPE.get(b_dtype or a_dtype)
     for row in MMA_SHAPES:
-        if row.ab == ab:
+        if (row.ab, row.b_type) == (a, b):
             return row
-    raise UnsupportedError(f"no mma.sync form multiplies {dtype} inputs "
-                           f"(supported: {', '.join(_BY_DTYPE)})")
+    what = a_dtype if b_dtype in (None, a_dtype) else f"{a_dtype} by {b_dtype}"
+    raise UnsupportedError(f"no mma.sync form multiplies {what} inputs (supported: float16, bfloat16, and "
+                           f"int8 or uint8 on either side)")

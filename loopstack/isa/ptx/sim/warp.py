@@ -3,13 +3,13 @@
 Both need every lane of each participating warp (`.aligned`): a warp with only some lanes
 executing raises SimulationError.  Fragment layouts follow the PTX ISA, as checked on an H100
 (platform notes, "mma.sync fragment layouts"): with g = lane >> 2 and t = lane & 3, element i of a
-thread counts from the low half (f16/bf16) or low byte (s8) of its first register.
+thread counts from the low half (f16/bf16) or low byte (s8/u8) of its first register.
 
 Accumulation: f16/bf16 products are exact in float64 and their sum with C is rounded once to f32.
 The tensor cores add in a different order, with f32 intermediate rounding (and, on some chips,
 truncation), so a hardware result differs from this one by up to about k * 2**-23 * sum|a*b|
 (k = 16 products per mma): compare with that tolerance, not bit for bit.  s8 mma is exact in
-int32 (wrapping, or clamped with .satfinite), as on the hardware.
+int32 (wrapping, or clamped with .satfinite), as on the hardware, for u8 and s8 operands alike.
 """
 from __future__ import annotations
 
@@ -65,11 +65,12 @@ def _layouts():
 
 LAYOUTS = _layouts()
 
-# shape, A/B element type, accumulator type -> (m, n, k, A regs, B regs)
+# shape, A element type, B element type, accumulator type -> (m, n, k, A regs, B regs); the
+# 8-bit integer forms take u8 or s8 on either side
 MMA_FORMS = {
-    ("m16n8k16", "f16", "f32"): (16, 8, 16, 4, 2),
-    ("m16n8k16", "bf16", "f32"): (16, 8, 16, 4, 2),
-    ("m16n8k32", "s8", "s32"): (16, 8, 32, 4, 2),
+    ("m16n8k16", "f16", "f16", "f32"): (16, 8, 16, 4, 2),
+    ("m16n8k16", "bf16", "bf16", "f32"): (16, 8, 16, 4, 2),
+    **{("m16n8k32", ta, tb, "s32"): (16, 8, 32, 4, 2) for ta in ("s8", "u8") for tb in ("s8", "u8")},
 }
 
 
@@ -80,7 +81,7 @@ def _elements(regs: np.ndarray, ab: str) -> np.ndarray:
         return regs.view(np.float16).astype(np.float64)
     if ab == "bf16":
         return bf16_to_f32(regs.view(np.uint16)).astype(np.float64)
-    return regs.view(np.int8).astype(np.int64)
+    return regs.view(np.int8 if ab == "s8" else np.uint8).astype(np.int64)
 
 
 def _scatter(values, layout, rows, cols):
@@ -97,8 +98,8 @@ def mma(instr, B):
     if len(core) != 9 or core[:2] != ("sync", "aligned") or core[3:5] != ("row", "col"):
         unsupported(instr, "mma.sync.aligned.SHAPE.row.col.D.A.B.C")
     shape, td, ta, tb, tc = core[2], core[5], core[6], core[7], core[8]
-    form = MMA_FORMS.get((shape, ta, td))
-    if form is None or ta != tb or td != tc or (sat and td != "s32"):
+    form = MMA_FORMS.get((shape, ta, tb, td))
+    if form is None or td != tc or (sat and td != "s32"):
         unsupported(instr, f"mma form {shape} {td}.{ta}.{tb}.{tc}")
     m, n, k, na, nb = form
     if len(instr.operands) != 4:
