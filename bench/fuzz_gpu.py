@@ -6,8 +6,8 @@ each kernel assembled by ptxas and run in the SIMT reference interpreter against
 
 A case is a GEMM (B [k, n] or [n, k]; bias, relu, scale), a batched GEMM (B per batch or
 shared), an NHWC convolution (1x1 or 3x3, stride 1 or 2, padded or not, batch 1 or 2) or an
-8-bit GEMM requantized to int8/uint8, in f16, bf16 or 8-bit integers (int8 or uint8 on either
-side; the batched GEMMs one type for both) with sizes drawn to straddle the
+8-bit GEMM requantized to int8/uint8, in f16, bf16, float32 (as tf32) or 8-bit integers (int8
+or uint8 on either side; the batched GEMMs one type for both) with sizes drawn to straddle the
 tiles (a multiple of 16 or 32, one more, one less, or anything up to 160).  Its schedule is
 random knobs, the analytical model's choice, or the same knobs stated by the tree's loops
 (`block` / `warp` bindings).  The kernel is compiled for one of the targets, assembled by
@@ -47,7 +47,7 @@ from loopstack.backend.ptx import GpuSchedule, GpuTarget  # noqa: E402
 from loopstack.isa.ptx import ptxas  # noqa: E402
 from loopstack.isa.ptx.mma import mma_for  # noqa: E402
 
-DTYPES = ("float16", "bfloat16", "int8", "uint8")
+DTYPES = ("float16", "bfloat16", "float32", "int8", "uint8")     # float32 as tf32 (allow_tf32)
 INTEGER = ("int8", "uint8")
 FAMILIES = ("gemm", "batched", "conv", "requant", "bound-gemm", "bound-conv")
 ARCHES = ("sm_80", "sm_90")
@@ -126,20 +126,21 @@ def build_case(seed: int, index: int, targets):
             mode = "bound"
         k = r * r * c
     if mode == "knobs":
-        target = GpuTarget(arch, sched)
+        target = GpuTarget(arch, sched, allow_tf32=True)
     elif mode == "bound":
-        target = GpuTarget.of(arch, stages=sched.stages)
+        target = GpuTarget.of(arch, allow_tf32=True, stages=sched.stages)
     else:
-        target = arch
+        target = GpuTarget(arch, allow_tf32=True)
     return family, f"{dtype} {what}; {mode} {sched if mode != 'model' else ''} on {arch}", prog, arrays, ref, \
         target, dtype, k
 
 
 def _tolerance(dtype: str, k: int) -> tuple[float, float]:
-    """Integer products exactly; f16 / bf16 within their rounding over a sum of k products."""
+    """Integer products exactly; f16 / bf16 / tf32 within their rounding over a sum of k products
+    (tf32 keeps f16's 10 mantissa bits)."""
     if dtype in INTEGER:
         return 0.0, 0.0
-    return (2e-2, 2e-2 * np.sqrt(k)) if dtype == "float16" else (5e-2, 8e-2 * np.sqrt(k))
+    return (2e-2, 2e-2 * np.sqrt(k)) if dtype in ("float16", "float32") else (5e-2, 8e-2 * np.sqrt(k))
 
 
 def run_case(seed: int, index: int, targets, verbose: bool = False) -> dict:

@@ -1,7 +1,8 @@
 """GPU benchmark: loopstack's mma.sync kernels against torch (cuBLAS / cuDNN) in the same run.
 
-Workloads: GEMM 4096^3 in fp16, bf16 (f32 accumulate) and int8 (s32); the tensor-core
-paper's CONV-1..4 (3x3, stride 1, pad 1) in NHWC fp16, batch 32.  Per kernel: TFLOPS of
+Workloads: GEMM 4096^3 in fp16, bf16 (f32 accumulate), float32 as tf32 (against torch with
+`allow_tf32`) and int8 (s32); the tensor-core paper's CONV-1..4 (3x3, stride 1, pad 1) in NHWC
+fp16, batch 32.  Per kernel: TFLOPS of
 loopstack and of torch (CUDA events, best of --runs, device-resident data), the ratio, the
 PTX generation time (compile_ms, wall; compile_cpu_ms, this process's CPU time), ptxas's time for the same PTX when ptxas is on the PATH
 (ptxas_ms, for reference) and the driver's JIT time (jit_ms); each result is checked
@@ -47,12 +48,16 @@ def _np(dtype):
     return np.dtype(dtype).type
 
 
+K_CONTIGUOUS_B = ("int8", "float32")
+
+
 def gemm_tree(n: int, dtype: str):
-    """C = A . B; int8's B is stored [n, k] (as torch._int_mm and ldmatrix want it: k contiguous)."""
+    """C = A . B; int8's and float32's B is stored [n, k] (as torch._int_mm wants it, and as
+    ldmatrix reads 8- and 32-bit elements without a transpose in shared memory: k contiguous)."""
     s = lt.SymbolGenerator()
     A = lt.Tensor(np.zeros((n, n), _np(dtype))).to(s.m, s.k)
     B = lt.Tensor(np.zeros((n, n), _np(dtype)))
-    B = B.to(s.n, s.k) if dtype == "int8" else B.to(s.k, s.n)
+    B = B.to(s.n, s.k) if dtype in K_CONTIGUOUS_B else B.to(s.k, s.n)
     return (A * B).sum(s.k).loop_tree.lower()
 
 
@@ -67,7 +72,7 @@ def conv_tree(c: int, k: int, h: int):
 
 
 def workloads():
-    out = [(f"GEMM-4096-{dt}", gemm_tree(4096, dt), "gemm", dt) for dt in ("float16", "bfloat16", "int8")]
+    out = [(f"GEMM-4096-{dt}", gemm_tree(4096, dt), "gemm", dt) for dt in ("float16", "bfloat16", "float32", "int8")]
     out += [(name, conv_tree(*shape), "conv", "float16") for name, shape in CONVS.items()]
     return out
 
@@ -84,7 +89,7 @@ def compile_times(tree, sched, target, rounds=5):
     wall, cpu = [], []
     for _ in range(rounds):
         c0 = time.process_time()
-        k = compile_ptx(tree, target, sched)
+        k = compile_ptx(tree, target, sched, allow_tf32=True)
         cpu.append((time.process_time() - c0) * 1e3)
         wall.append(k.compile_ms)
     return k, statistics.median(wall), statistics.median(cpu)
@@ -101,10 +106,13 @@ def _torch_case(name, kind, dtype, tree, torch):
             b = torch.randint(-8, 8, (n, n), device=dev, dtype=torch.int8, generator=g)
             out = torch.empty((n, n), device=dev, dtype=torch.int32)
             return [a, b, out], (lambda: torch._int_mm(a, b.t())), out     # b is [n, k]
-        tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+        tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
         a = torch.randn((n, n), device=dev, dtype=tdt, generator=g)
         b = torch.randn((n, n), device=dev, dtype=tdt, generator=g)
         out = torch.empty((n, n), device=dev, dtype=tdt)
+        if dtype in K_CONTIGUOUS_B:       # float32: cuBLAS with TF32, as loopstack's allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = True
+            return [a, b, out], (lambda: a @ b.t()), out
         return [a, b, out], (lambda: a @ b), out
     xb, wb, ob = tree.buffers[0], tree.buffers[1], tree.outputs[0]
     x = torch.randn(xb.shape, device=dev, dtype=torch.float16, generator=g)
@@ -118,7 +126,7 @@ def _torch_case(name, kind, dtype, tree, torch):
 def _timer(tree, target):
     """seconds(schedule): one candidate's kernel timed on the GPU (the search's measurements)."""
     def seconds(s):
-        k = compile_ptx(tree, target, s)
+        k = compile_ptx(tree, target, s, allow_tf32=True)
         return k.flops / (k.benchmark(runs=3) * 1e9)
     return seconds
 
@@ -144,9 +152,10 @@ def run(args):
     rows = []
     for name, tree, kind, dtype in workloads():
         con = match(tree)
-        sched = tune_gpu(tree, target).best if args.search else default_schedule(con, target)
+        sched = tune_gpu(tree, target, allow_tf32=True).best if args.search else default_schedule(con, target)
         if args.tune:
-            sched = tune_gpu(tree, target, measure=_timer(tree, target) if gpu else None, generations=6).best
+            sched = tune_gpu(tree, target, measure=_timer(tree, target) if gpu else None, generations=6,
+                             allow_tf32=True).best
         k, gen_ms, gen_cpu_ms = compile_times(tree, sched, target)
         row = {"name": name, "compile_ms": round(gen_ms, 2), "compile_cpu_ms": round(gen_cpu_ms, 2),
                "predicted_tflops": round(k.flops / predict_seconds(k.contraction, sched) / 1e12, 1)}

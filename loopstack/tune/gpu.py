@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass
 
 from ..backend.ptx import GpuSchedule
-from ..backend.ptx.bind import stated_knobs
+from ..backend.ptx.bind import check_request, stated_knobs
 from ..backend.ptx.knobs import KNOB_VALUES
 from ..backend.ptx.match import Contraction, match
 from ..backend.ptx.model import H100, GpuModel, predict_seconds
@@ -62,26 +62,29 @@ class GpuTuneResult:
     history: list                  # per generation: (best predicted TFLOPS, distinct candidates seen)
     evaluated: int
     arch: str = "sm_90"
+    allow_tf32: bool = False
 
     @property
     def target(self):
         """The GpuTarget to compile with: `lt.compile(C, target=result.target)`."""
         from ..backend.ptx import GpuTarget
-        return GpuTarget(self.arch, self.best)
+        return GpuTarget(self.arch, self.best, allow_tf32=self.allow_tf32)
 
 
 def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, generations: int = 8,
-             seed: int = 0, measure=None, model: GpuModel = H100) -> GpuTuneResult:
+             seed: int = 0, measure=None, model: GpuModel = H100, allow_tf32: bool = False) -> GpuTuneResult:
     """Diversity-aware evolutionary search over the tensor-core knobs (see the module doc).
 
     `measure(schedule) -> seconds`, when given, times the predicted-best few of each
-    generation on the GPU; their measurements then replace the predictions."""
+    generation on the GPU; their measurements then replace the predictions.  `allow_tf32`: as
+    GpuTarget's (float32 operands), and carried by the result's `target`."""
     tree = tensor_or_tree
     if hasattr(tree, "loop_tree"):
         tree = tree.loop_tree
     if hasattr(tree, "lower"):
         tree = tree.lower()
     con = match(tree)
+    check_request(con, con.mma, allow_tf32, target)
     fixed = stated_knobs(con, con.mma)     # a tree's bound loops keep their knobs
 
     def pin(s: GpuSchedule) -> GpuSchedule:
@@ -123,4 +126,4 @@ def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, genera
         measured[pop[0]] = con.flops / measure(pop[0]) / 1e12
         pop.sort(key=lambda c: -rate(c))
     best = pop[0]
-    return GpuTuneResult(best, score[best], measured.get(best), history, len(score), target)
+    return GpuTuneResult(best, score[best], measured.get(best), history, len(score), target, allow_tf32)

@@ -104,6 +104,53 @@ def test_conv_k_steps_within_one_tap_and_across_taps(dtype, c):
     _run(Y, arrays, ref, GpuTarget("sm_90", GpuSchedule(2, 1, 1, 2, chunk, 0, 2)), dtype, 9 * c)
 
 
+def tf32(x):
+    """float32 rounded to TF32 as cvt.rna does: 10 mantissa bits, to nearest, ties away from zero."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@settings(max_examples=8)
+@given(m=st.integers(1, 80), n=st.integers(1, 64), k=st.integers(1, 96), b_transposed=st.booleans(),
+       bias=st.booleans(), relu=st.booleans(), conv_=st.booleans(), sched=knobs, seed=st.integers(0, 99))
+def test_float32_operands_multiply_as_tf32_when_asked(m, n, k, b_transposed, bias, relu, conv_, sched, seed):
+    """With allow_tf32, float32 GEMMs and convolutions run mma.m16n8k8.tf32 on operands rounded to
+    tf32: they match numpy on tf32-rounded inputs up to the order of f32 sums, and differ from
+    float32 products by tf32's rounding."""
+    rng = np.random.default_rng(seed)
+    if conv_:
+        h, c = 3 + m % 6, 8 * (1 + k % 5)
+        if sched.REORDER_INNER and c % (8 * sched.CHUNK):
+            sched = sched.replace(REORDER_INNER=0)
+        C, arrays, _ = conv(1 + n % 2, h, c, n, "float32", rng, stride=1 + k % 2)
+        depth = 9 * c
+    else:
+        C, arrays, _ = gemm(m, n, k, "float32", rng, b_transposed, bias, relu)
+        depth = k
+    kern = lt.compile(C, target=GpuTarget("sm_90", sched, allow_tf32=True))
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in kern.ptx and "cvt.rna.tf32.f32" in kern.ptx
+    got = np.zeros(kern.tree.outputs[0].shape, np.float32)
+    kern.simulate(*arrays, got)
+    want = np.zeros_like(got)
+    lt.compile(C, target="interp")(*[tf32(a) if i < 2 else a for i, a in enumerate(arrays)], want)
+    exact = np.zeros_like(got)
+    lt.compile(C, target="interp")(*arrays, exact)
+    scale = np.sqrt(depth) * max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)       # f32 sums in another order
+    np.testing.assert_allclose(got, exact, rtol=2e-3, atol=2e-3 * scale)      # tf32 keeps 11 bits
+
+
+def test_float32_operands_need_tf32_asked_for():
+    from loopstack.errors import UnsupportedError
+    C, arrays, ref = gemm(40, 24, 32, "float32", np.random.default_rng(0))
+    with pytest.raises(UnsupportedError, match="multiply them as TF32 .* allow_tf32=True"):
+        lt.compile(C, target="sm_90")
+    t = C.loop_tree
+    total = next(g for g in t.graph.nodes if g.op == "reduce" and g.fn == "add").id
+    C.set(t.tensorize(t.ref_of(total), "mma.m16n8k8.tf32"))      # the statement asks for it itself
+    assert "tf32" in lt.compile(C, target="sm_90").ptx
+
+
 BYTE_PAIRS = [("uint8", "int8"), ("int8", "uint8"), ("uint8", "uint8")]
 
 

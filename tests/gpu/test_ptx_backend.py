@@ -152,9 +152,9 @@ def test_knob_combinations_that_cannot_compile_name_their_knobs():
 
 def test_what_tensor_cores_cannot_run_is_unsupported():
     s = lt.SymbolGenerator()
-    A = lt.Tensor(np.zeros((16, 16), np.float32)).to(s.m, s.k)
-    B = lt.Tensor(np.zeros((16, 16), np.float32)).to(s.k, s.n)
-    with pytest.raises(UnsupportedError, match="no mma.sync form multiplies float32"):
+    A = lt.Tensor(np.zeros((16, 16), np.int32)).to(s.m, s.k)
+    B = lt.Tensor(np.zeros((16, 16), np.int32)).to(s.k, s.n)
+    with pytest.raises(UnsupportedError, match="no mma.sync form multiplies int32"):
         lt.compile((A * B).sum(s.k), target="sm_90")
     X = lt.Tensor(np.zeros((16, 16), np.float16)).to(s.m, s.n)
     with pytest.raises(UnsupportedError, match="reduces with None"):

@@ -13,6 +13,7 @@ def test_mma_rows_tile_their_operands_and_name_their_instruction():
     names = {row.opcode() for row in MMA_SHAPES}
     assert names == {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
                      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                     "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
                      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32",
                      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32",
                      "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32",
@@ -26,6 +27,9 @@ def test_mma_rows_tile_their_operands_and_name_their_instruction():
     f16 = mma_for("float16")
     assert f16.a_layout(5, 0) == (1, 2) and f16.a_layout(5, 3) == (9, 3) and f16.a_layout(5, 7) == (9, 11)
     assert f16.b_layout(5, 2) == (10, 1) and f16.c_layout(5, 3) == (9, 3)
+    tf32 = mma_for("float32")        # A (g, t), (g+8, t), (g, t+4), (g+8, t+4); B (t, g), (t+4, g)
+    assert [tf32.a_layout(5, i) for i in range(4)] == [(1, 1), (9, 1), (1, 5), (9, 5)]
+    assert [tf32.b_layout(5, i) for i in range(2)] == [(1, 1), (5, 1)]
     s8 = mma_for("int8")
     assert s8.a_layout(5, 4) == (9, 4) and s8.a_layout(5, 15) == (9, 23) and s8.b_layout(5, 7) == (23, 1)
 
@@ -37,8 +41,11 @@ def test_a_row_whose_layout_does_not_tile_is_rejected():
 
 
 def test_unknown_dtype_has_no_mma_form():
-    with pytest.raises(Exception, match="no mma.sync form multiplies float32"):
-        mma_for("float32")
+    with pytest.raises(Exception, match="no mma.sync form multiplies float64"):
+        mma_for("float64")
+    with pytest.raises(Exception, match="no mma.sync form multiplies float16 by int8"):
+        mma_for("float16", "int8")
+    assert mma_for("float32").opcode() == "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 
 
 @pytest.mark.parametrize("opcode, operands, message", [

@@ -82,3 +82,22 @@ def test_a_tree_with_bound_loops_is_tuned_in_the_knobs_its_loops_leave_free():
     assert r.best.replace(stages=3) == stated          # only `stages` is not a loop
     assert r.evaluated <= 4                             # and it has four values
     assert lt.compile(C, target=r.target).schedule == r.best
+
+
+def test_float32_operands_are_tuned_as_tf32_only_when_asked():
+    import pytest
+
+    import loopstack as lt
+    from loopstack.errors import UnsupportedError
+    C, _, _ = gemm(1024, 1024, 1024, "float32", None)
+    with pytest.raises(UnsupportedError, match="allow_tf32=True"):
+        tune_gpu(C, generations=1)
+    r = tune_gpu(C, generations=2, allow_tf32=True)
+    assert r.target.allow_tf32 and r.predicted_tflops > 0
+    kern = lt.compile(C, target=r.target)
+    assert kern.schedule == r.best and "tf32" in kern.ptx
+    # half the f16 rate: the same knobs are predicted about twice as slow in tf32
+    f16 = match(gemm(1024, 1024, 1024, "float16", None)[0].loop_tree.lower())
+    tf32 = match(C.loop_tree.lower())
+    ratio = predict_seconds(tf32, r.best) / predict_seconds(f16, r.best)
+    assert 1.4 < ratio < 2.6

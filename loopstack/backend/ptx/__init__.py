@@ -1,9 +1,11 @@
 """The GPU backend: a loop tree computing a GEMM or an NHWC convolution -> an mma.sync PTX kernel.
 
-    compile_ptx(tree, target="sm_90", schedule=None) -> PtxKernel
+    compile_ptx(tree, target="sm_90", schedule=None, allow_tf32=False) -> PtxKernel
 
 `schedule` is a `GpuSchedule` (or a dict of its knobs, see `knobs.py`); None lets the
-analytical model (`model.py`) pick among a few presets for the problem's shape.  A tree whose
+analytical model (`model.py`) pick among a few presets for the problem's shape.  float32
+operands multiply as TF32 (mantissas rounded to 10 bits, f32 sums) only when asked for:
+`allow_tf32`, or the statement's `tensorize "mma.m16n8k8.tf32"`.  A tree whose
 loops are bound to the grid and to warps (`block`, `warp` annotations) states its knobs itself
 (`bind.py`); `schedule` then gives only the knobs the loops do not state, and must agree with
 those they do.  The tree is matched as a contraction (`match.py`), the knobs are checked against
@@ -28,16 +30,18 @@ TARGETS = ("sm_80", "sm_90")
 @dataclass(frozen=True)
 class GpuTarget:
     """A GPU and the tensor-core schedule to compile for it: `lt.compile(C, target=GpuTarget(...))`.
-    A schedule of None lets the analytical model pick the knobs."""
+    A schedule of None lets the analytical model pick the knobs; `allow_tf32` lets float32
+    operands multiply as TF32 (as torch's `allow_tf32` does)."""
     arch: str = "sm_90"
     schedule: GpuSchedule | None = None
     named: tuple = ()           # of()'s knobs, (name, value): the ones a bound tree is completed with
+    allow_tf32: bool = False
 
     @staticmethod
-    def of(arch: str = "sm_90", **knobs) -> "GpuTarget":
+    def of(arch: str = "sm_90", allow_tf32: bool = False, **knobs) -> "GpuTarget":
         """GpuTarget("sm_90", GpuSchedule(**knobs)): unnamed knobs keep GpuSchedule's defaults
         (or, for a tree that binds its loops, the loops' and the model's choice)."""
-        return GpuTarget(arch, schedule_from(knobs) if knobs else None, tuple(sorted(knobs.items())))
+        return GpuTarget(arch, schedule_from(knobs) if knobs else None, tuple(sorted(knobs.items())), allow_tf32)
 
     def knobs(self):
         """What compile_ptx is given: the named knobs, else the whole schedule (or None)."""
@@ -51,17 +55,17 @@ def is_gpu_target(target) -> bool:
 def compile_gpu(tree, target) -> PtxKernel:
     """compile_ptx for a target name ("sm_90": default knobs) or a GpuTarget."""
     if isinstance(target, GpuTarget):
-        return compile_ptx(tree, target.arch, target.knobs())
+        return compile_ptx(tree, target.arch, target.knobs(), target.allow_tf32)
     return compile_ptx(tree, target)
 
 
-def compile_ptx(tree, target: str = "sm_90", schedule=None) -> PtxKernel:
+def compile_ptx(tree, target: str = "sm_90", schedule=None, allow_tf32: bool = False) -> PtxKernel:
     t0 = time.perf_counter()
     if target not in TARGETS:
         raise UnsupportedError(f"GPU target {target!r}: one of {', '.join(TARGETS)}")
     con = match(tree)
     mma = con.mma
-    check_request(con, mma)
+    check_request(con, mma, allow_tf32, target)
     if binds(con):                  # the loops state the knobs; `schedule` completes them
         given = {} if schedule is None else schedule if isinstance(schedule, dict) else schedule.knobs()
         schedule_from(given)        # an unknown knob's name is refused as without bound loops

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 
-from ...errors import ScheduleError
+from ...errors import ScheduleError, UnsupportedError
 from ...looptree.ir import GPU_BINDINGS
 from .knobs import KNOB_VALUES, GpuSchedule
 
@@ -43,14 +43,19 @@ def binds(con) -> bool:
     return any(not lp.annotations.isdisjoint(GPU_BINDINGS) for lp in con.loops)
 
 
-def check_request(con, mma) -> None:
-    """A statement's `tensorize` request must name the mma form of its operands (or be "auto")."""
+def check_request(con, mma, allow_tf32: bool = False, target: str = "sm_90") -> None:
+    """A statement's `tensorize` request must name the mma form of its operands (or be "auto");
+    an inexact form (tf32 for float32 operands) must be asked for, by name or `allow_tf32`."""
     req = con.tensorize
+    want = f"mma.{mma.shape}.{mma.label}"
+    if not mma.exact and not allow_tf32 and req != want:
+        raise UnsupportedError(f"float32 operands: the tensor cores multiply them as TF32 (mantissas rounded to "
+                               f"10 bits, sums in f32); ask for that with GpuTarget.of({target!r}, allow_tf32=True) "
+                               f"or tensorize {want!r} on the sum, or give float16 / bfloat16 operands")
     if req in ("", "auto"):
         return
     from ..tensorize.registry import REGISTRY, family
 
-    want = f"mma.{mma.shape}.{mma.label}"
     # a whole name must be the form ("mma.m16n8k32.s8" is not u8 x s8's); a prefix, a family of them
     named = req if req in {t.name for t in REGISTRY} else None
     if want != named and (named or want not in {t.name for t in family(req)}):

@@ -89,11 +89,12 @@ class GemmEmitter:
         self.n_exact = con.n % self.bn == 0
         self.k_exact = con.k % self.bk == 0 or bool(conv is not None and sched.REORDER_INNER)
         self.stage_bytes = self.ta.bytes + self.tb.bytes
-        # an 8-bit k-major B is transposed into [n][k] rows once per k-step (ldmatrix moves
-        # 16-bit elements: it can transpose f16 but not bytes); the copy lies after the stages
+        # an 8- or 32-bit k-major B is transposed into [n][k] rows once per k-step (ldmatrix
+        # moves 16-bit elements: it can transpose f16 but not bytes or words); the copy lies
+        # after the stages
         self.tt_stride = self.bk * es + SMEM_PAD
         self.tt_offset = sched.stages * self.stage_bytes
-        self.transposes_b = con.b_kmajor and es == 1
+        self.transposes_b = con.b_kmajor and es != 2
         self.shared_bytes = sched.shared_bytes(mma, con.b_kmajor)
         out_elems = con.batch * con.m * con.n
         a_count, b_count = (con.batch if con.a_batched else 1), (con.batch if con.b_batched else 1)
@@ -361,7 +362,7 @@ class GemmEmitter:
             n_col = self.mad(q_hi, 8, warp_n)
             self.b_lane = self.mad(k_row, self.tb.stride, self.op3("mul.lo.u32", n_col, self.es))
         else:
-            # B rows are n (as stored, or the transposed copy of an 8-bit k-major B): matrix q
+            # B rows are n (as stored, or the transposed copy of a k-major B): matrix q
             # covers n rows (q>>1)*8.., bytes (q&1)*16..
             stride = self.tt_stride if self.transposes_b else self.tb.stride
             n_row = self.mad(q_hi, 8, self.op3("add.u32", warp_n, r8))
@@ -380,13 +381,13 @@ class GemmEmitter:
             k.bar_sync()              # every warp reads rows of the copy other warps wrote
             b_tile, b_stride = self.op3("add.u32", self.smem, self.tt_offset), self.tt_stride
         b_addr = self.op3("add.u32", b_tile, self.b_lane)
-        kbytes = mma.k * self.es                    # bytes of one k-step in a row (32)
+        kbytes = mma.k * self.es                    # bytes of one k-step in a row (32 for every form)
         for kk in range(s.CHUNK):
             afr = []
             for i in range(s.WARP_ROW_TILES):
                 regs = k.regs("b32", 4)
                 k.ldmatrix(regs, Addr(a_addr, i * 16 * self.ta.stride + kk * kbytes))
-                afr.append(regs)
+                afr.append(self._operand(regs))
             bfr = []      # two n8 fragments per 16-wide tile
             for j in range(s.WARP_COL_TILES):
                 regs = k.regs("b32", 4)
@@ -394,44 +395,60 @@ class GemmEmitter:
                     k.ldmatrix(regs, Addr(b_addr, kk * mma.k * b_stride + j * 16 * self.es), trans=True)
                 else:
                     k.ldmatrix(regs, Addr(b_addr, j * 16 * b_stride + kk * kbytes))
+                regs = self._operand(regs)
                 bfr += [regs[0:2], regs[2:4]]
             for i in range(s.WARP_ROW_TILES):
                 for jj in range(2 * s.WARP_COL_TILES):
                     acc = self.acc[i][jj]
                     k.mma(mma, acc, afr[i], bfr[jj], acc)
 
+    def _operand(self, regs: list[Reg]) -> list[Reg]:
+        """Fragment registers as the mma reads them: float32 rounded to tf32 (cvt.rna, so that
+        the product does not depend on how the tensor cores treat the 13 bits they ignore)."""
+        if self.mma.ab == "tf32":
+            for r in regs:
+                self.k.ins("cvt.rna.tf32.f32", r, r)
+        return regs
+
     def _transpose_setup(self):
-        """Per 4 x 4-byte block of the 8-bit k-major B tile a thread transposes (see _transpose_b):
-        whether it exists, its offset in a stage's B tile and its address in the [n][k] copy.
-        Consecutive threads take 4 k-blocks of 8 n-blocks: rows of both tiles are 16-byte
-        multiples apart (cp.async's and ldmatrix's alignment), so lanes that differ only in k
-        (reads) or only in n (writes) meet in few banks, and this mix keeps both conflicts low."""
-        threads = self.s.threads
-        kb4, nb4 = self.bk // 4, self.bn // 4
+        """Per block of the k-major B tile a thread transposes (see _transpose_b), 4 rows of k
+        by 4 bytes of n (4 bytes, or one float32): whether it exists, its offset in a stage's B
+        tile and its address in the [n][k] copy.  Consecutive threads take 4 k-blocks (or all,
+        where a k-step has fewer: tf32's k-step may be 8 deep) of 8 or more n-blocks: rows of both
+        tiles are 16-byte multiples apart (cp.async's and ldmatrix's alignment), so lanes that
+        differ only in k (reads) or only in n (writes) meet in few banks, and this mix keeps both
+        conflicts low.  Both counts are powers of two."""
+        threads, es = self.s.threads, self.es
+        kb4, nb4 = self.bk // 4, self.bn * es // 4
+        kq = min(4, kb4)
         blocks = kb4 * nb4
         tt = self.op3("add.u32", self.smem, self.tt_offset)
         self.tt_blocks = []
         for i in range(-(-blocks // threads)):
             b = self.op3("add.u32", self.tid, i * threads)
             live = self.pred("lt", b, blocks) if (i + 1) * threads > blocks else None
-            rest = self.op3("shr.u32", b, 2)
+            rest = self.op3("shr.u32", b, kq.bit_length() - 1)
             nb = self.op3("and.b32", rest, nb4 - 1)
-            kb = self.op3("or.b32", self.op3("and.b32", b, 3),
-                          self.op3("shl.b32", self.op3("shr.u32", rest, nb4.bit_length() - 1), 2))
+            kb = self.op3("or.b32", self.op3("and.b32", b, kq - 1),
+                          self.op3("shl.b32", self.op3("shr.u32", rest, nb4.bit_length() - 1), kq.bit_length() - 1))
             src = self.mad(kb, 4 * self.tb.stride, self.op3("mul.lo.u32", nb, 4))     # row 4kb, byte 4nb
-            dst = self.mad(nb, 4 * self.tt_stride, self.mad(kb, 4, tt))              # row 4nb, byte 4kb
+            # the block's 4 / es rows of n in the copy, from byte 4kb * es of k
+            dst = self.mad(nb, 4 // es * self.tt_stride, self.mad(kb, 4 * es, tt))
             self.tt_blocks.append((live, src, dst))
 
     def _transpose_b(self, b_tile: Reg):
-        """The stage's 8-bit B tile, k-major (BK rows of BN bytes), into the [n][k] copy that
-        ldmatrix reads: per block of 4 k x 4 n bytes, four words read down k, transposed with
-        eight prmt, written as four words along n."""
+        """The stage's k-major B tile (BK rows of BN elements) into the [n][k] copy that ldmatrix
+        reads: per block, four words read down k; bytes (4 k x 4 n) transposed with eight prmt
+        and written as four words along n, float32 (4 k x 1 n) written as one v4 along k."""
         k = self.k
         for live, src_off, dst in self.tt_blocks:
             src = self.op3("add.u32", b_tile, src_off)
             w = [k.reg("b32") for _ in range(4)]
-            for r, reg in enumerate(w):                  # w[r] byte j = B[4kb + r][4nb + j]
+            for r, reg in enumerate(w):                  # w[r] = B[4kb + r][nb] (bytes: 4nb + j)
                 k.ins("ld.shared.b32", reg, Addr(src, r * self.tb.stride), pred=live)
+            if self.es == 4:
+                k.ins("st.shared.v4.b32", Addr(dst), Vec(tuple(w)), pred=live)
+                continue
             pairs = [self._prmt(w[0], w[1], 0x5140, live), self._prmt(w[0], w[1], 0x7362, live),
                      self._prmt(w[2], w[3], 0x5140, live), self._prmt(w[2], w[3], 0x7362, live)]
             for j in range(4):                           # word j byte r = B[4kb + r][4nb + j]

@@ -77,9 +77,10 @@ class GpuSchedule:
         return a, b
 
     def transposed_b_bytes(self, mma, b_kmajor: bool = True) -> int:
-        """Bytes of the [n][k] copy of an 8-bit k-major B tile (ldmatrix cannot transpose bytes:
-        the k-step's tile is transposed once in shared memory, see emit.py); 0 where none is made."""
-        return self.bn * (self.bk(mma) + SMEM_PAD) if b_kmajor and mma.ab_bytes == 1 else 0
+        """Bytes of the [n][k] copy of an 8- or 32-bit k-major B tile (ldmatrix transposes 16-bit
+        elements only: the k-step's tile is transposed once in shared memory, see emit.py); 0
+        where none is made."""
+        return self.bn * (self.bk(mma) * mma.ab_bytes + SMEM_PAD) if b_kmajor and mma.ab_bytes != 2 else 0
 
     def shared_bytes(self, mma, b_kmajor: bool = True) -> int:
         return self.stages * sum(self.stage_bytes(mma, b_kmajor)) + self.transposed_b_bytes(mma, b_kmajor)

@@ -23,7 +23,8 @@ class GpuModel:
     clock_ghz: float = 1.755
     # dense tensor-core flops per SM per cycle through mma.sync: about two thirds of the 4096
     # (f16) that wgmma reaches, as mma.sync kernels measure on Hopper
-    mma_flops_per_sm_cycle: dict = field(default_factory=lambda: {"f16": 2730, "bf16": 2730, "s8": 5460, "u8": 5460})
+    mma_flops_per_sm_cycle: dict = field(default_factory=lambda: {"f16": 2730, "bf16": 2730, "tf32": 1365, "s8": 5460,
+                                                                     "u8": 5460})
     smem_per_sm: int = 228 * 1024
     regs_per_sm: int = 65536
     threads_per_sm: int = 2048
@@ -61,11 +62,16 @@ def predict_seconds(con: Contraction, s: GpuSchedule, model: GpuModel = H100) ->
     rate = model.mma_flops_per_sm_cycle[mma.ab] * model.clock_ghz * 1e9
     # ldmatrix per mma: a warp tile of r x c 16x16 tiles loads r + c fragments for 2rc mmas
     issue = 1.0 + 0.5 * (s.WARP_ROW_TILES + s.WARP_COL_TILES) / (2 * s.WARP_ROW_TILES * s.WARP_COL_TILES)
+    mmas = 2 * s.WARP_ROW_TILES * s.WARP_COL_TILES       # per warp per mma k-step
     if s.transposed_b_bytes(mma, con.b_kmajor):
-        # a k-major 8-bit B is transposed in shared memory each k-step: about 20 instructions
-        # per 4x4 bytes (4 loads, 8 prmt, 4 stores, addressing) at a quarter of an ldmatrix's weight
-        per_warp = 20 * (s.bk(mma) * s.bn // 16) / s.threads
-        issue += 0.25 * per_warp / (2 * s.WARP_ROW_TILES * s.WARP_COL_TILES * s.CHUNK)
+        # a k-major 8- or 32-bit B is transposed in shared memory each k-step, at a quarter of an
+        # ldmatrix's weight per instruction: about 20 per 4x4 bytes (4 loads, 8 prmt, 4 stores,
+        # addressing), 8 per 4 float32 (4 loads, one v4 store, addressing)
+        per_block, elements = (20, 16) if mma.ab_bytes == 1 else (8, 4)
+        per_thread = per_block * (s.bk(mma) * s.bn // elements) / s.threads
+        issue += 0.25 * per_thread / (mmas * s.CHUNK)
+    if mma.ab == "tf32":      # each fragment register rounded to tf32 (cvt.rna) after ldmatrix
+        issue += 0.25 * 4 * (s.WARP_ROW_TILES + s.WARP_COL_TILES) / mmas
     resident_warps = per_sm * s.warps
     latency = 1.0 if resident_warps >= 8 else 1.0 + (8 - resident_warps) / 8
     overlap = {1: 1.6, 2: 1.1, 3: 1.0, 4: 1.0}[s.stages]

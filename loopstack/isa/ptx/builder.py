@@ -40,7 +40,7 @@ REG_CLASSES = {
 
 # bits of each instruction type suffix
 TYPE_BITS = {"pred": 1, "b8": 8, "u8": 8, "s8": 8, "b16": 16, "u16": 16, "s16": 16, "f16": 16, "bf16": 16,
-             "b32": 32, "u32": 32, "s32": 32, "f32": 32, "f16x2": 32, "bf16x2": 32,
+             "b32": 32, "u32": 32, "s32": 32, "f32": 32, "tf32": 32, "f16x2": 32, "bf16x2": 32,
              "b64": 64, "u64": 64, "s64": 64, "f64": 64}
 
 
@@ -150,8 +150,8 @@ FORMS: dict[str, Form] = {f.op: f for f in (
     Form("selp", (), INT + BITS + FLOAT, "dssq"),
     Form("prmt", (), ("b32",), "dsss"),          # the default mode: four selector nibbles
     Form("setp", (CMP, ("", "and", "or")), INT + FLOAT + BITS, "pss"),
-    Form("cvt", (("", "rn", "rz", "rni", "rzi", "rmi", "rpi"), ("", "sat")),
-         ("f32", "f16", "bf16", "s32", "u32", "s8", "u8", "s16", "u16", "s64", "u64", "f16x2", "bf16x2"),
+    Form("cvt", (("", "rn", "rna", "rz", "rni", "rzi", "rmi", "rpi"), ("", "sat")),
+         ("f32", "f16", "bf16", "tf32", "s32", "u32", "s8", "u8", "s16", "u16", "s64", "u64", "f16x2", "bf16x2"),
          "ds", ntypes=2, widths=False),
     Form("cvta", (("to",), ("global", "shared")), ("u64",), "ds"),
     Form("ld", (("param", "global", "shared"), ("", "nc"), ("", "v2", "v4")), MEM_TYPES, "dm", widths=False),

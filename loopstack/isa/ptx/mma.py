@@ -33,6 +33,16 @@ def _acc(lane: int, i: int) -> tuple[int, int]:
     return g + 8 * (i >> 1), 2 * t + (i & 1)
 
 
+def _tf32_a(lane: int, i: int) -> tuple[int, int]:
+    g, t = lane >> 2, lane & 3
+    return g + 8 * (i & 1), t + 4 * (i >> 1)
+
+
+def _tf32_b(lane: int, i: int) -> tuple[int, int]:
+    g, t = lane >> 2, lane & 3
+    return t + 4 * i, g
+
+
 def _s8_a(lane: int, i: int) -> tuple[int, int]:
     g, t = lane >> 2, lane & 3
     return g + 8 * ((i >> 2) & 1), 4 * t + (i & 3) + 16 * (i >> 3)
@@ -48,7 +58,7 @@ class MmaShape:
     """One mma.sync form: shape, element types, registers per thread and fragment layouts."""
 
     shape: str            # "m16n8k16"
-    ab: str               # PTX type of A's elements, and of B's where `b` is "": "f16", "bf16", "s8", "u8"
+    ab: str               # PTX type of A's elements, and of B's where `b` is "": "f16", "bf16", "tf32", "s8", "u8"
     acc: str              # PTX type of C and D: "f32", "s32"
     m: int
     n: int
@@ -70,7 +80,13 @@ class MmaShape:
 
     @property
     def ab_bytes(self) -> int:
-        return 1 if self.ab in ("s8", "u8") else 2
+        return {"s8": 1, "u8": 1, "tf32": 4}.get(self.ab, 2)
+
+    @property
+    def exact(self) -> bool:
+        """Whether the instruction computes its description exactly (up to the order of f32
+        sums): not tf32, which reads float32 operands rounded to 10-bit mantissas."""
+        return self.ab != "tf32"
 
     @property
     def per_reg(self) -> int:
@@ -127,6 +143,9 @@ class MmaShape:
 MMA_SHAPES: tuple[MmaShape, ...] = (
     MmaShape("m16n8k16", "f16", "f32", 16, 8, 16, (4, 2, 4), _f16_a, _f16_b, _acc),
     MmaShape("m16n8k16", "bf16", "f32", 16, 8, 16, (4, 2, 4), _f16_a, _f16_b, _acc),
+    # float32 operands as TF32 (8-bit exponent, 10-bit mantissa; the emitter rounds them with
+    # cvt.rna.tf32.f32): 32 bytes of k per row like the others, so the same ldmatrix tiles
+    MmaShape("m16n8k8", "tf32", "f32", 16, 8, 8, (4, 2, 4), _tf32_a, _tf32_b, _acc),
     MmaShape("m16n8k32", "s8", "s32", 16, 8, 32, (4, 2, 4), _s8_a, _s8_b, _acc),
     # 8-bit integers of either signedness on either side (uint8 activations, int8 weights: ONNX's
     # usual quantization), with the s8 layouts: the fragments hold bytes either way
@@ -136,7 +155,7 @@ MMA_SHAPES: tuple[MmaShape, ...] = (
 )
 
 # numpy dtype names of the inputs -> PTX element type of the mma form
-_BY_DTYPE = {"float16": "f16", "bfloat16": "bf16", "int8": "s8", "uint8": "u8"}
+_BY_DTYPE = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32", "int8": "s8", "uint8": "u8"}
 
 
 def mma_for(a_dtype: str, b_dtype: str | None = None) -> MmaShape:
@@ -146,5 +165,5 @@ def mma_for(a_dtype: str, b_dtype: str | None = None) -> MmaShape:
         if (row.ab, row.b_type) == (a, b):
             return row
     what = a_dtype if b_dtype in (None, a_dtype) else f"{a_dtype} by {b_dtype}"
-    raise UnsupportedError(f"no mma.sync form multiplies {what} inputs (supported: float16, bfloat16, and "
-                           f"int8 or uint8 on either side)")
+    raise UnsupportedError(f"no mma.sync form multiplies {what} inputs (supported: float16, bfloat16, "
+                           f"float32 as tf32, and int8 or uint8 on either side)")

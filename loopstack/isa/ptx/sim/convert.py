@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import SimulationError
-from .numeric import (SMALLEST_NORMAL, TYPES, decode, element_format, encode, flush_subnormal, float_to_int,
-                      int_to_float, round_to, saturate01, saturate_int)
+from .numeric import (SMALLEST_NORMAL, TYPES, decode, element_format, encode, f32_to_tf32, flush_subnormal,
+                      float_to_int, int_to_float, round_to, saturate01, saturate_int)
 from .ops import builder, only, operand_count, types_and_flags, unsupported
 from .parse import Vec
 
@@ -60,6 +60,8 @@ def cvt(instr, B):
     if len(types) != 2:
         unsupported(instr, "cvt needs a destination and a source type")
     dt, st = types
+    if dt.kind == "tf32":
+        return _to_tf32(instr, B, st, flags)
     rounding = next((m for m in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi") if m in flags), None)
     only(instr, flags - {rounding}, {"sat", "ftz", "relu"})
     d_float = dt.kind in ("f", "bf", "f16x2", "bf16x2")
@@ -125,6 +127,19 @@ def cvt(instr, B):
 
     def run(mask):
         w(convert(np.broadcast_to(ra(), (B.n,))), mask)
+    return run
+
+
+def _to_tf32(instr, B, st, flags):
+    """cvt.rna.tf32.f32 d, a: a rounded to tf32 (numeric.f32_to_tf32), as float32 bits."""
+    operand_count(instr, 2)
+    if st.name != "f32" or flags != {"rna"}:
+        unsupported(instr, "cvt.rna.tf32.f32 (no other rounding or source)")
+    w = B.ops.writer(instr, instr.operands[0], TYPES["b32"])
+    ra = B.ops.reader(instr, instr.operands[1], st)
+
+    def run(mask):
+        w(f32_to_tf32(np.broadcast_to(ra(), (B.n,))), mask)
     return run
 
 

@@ -45,6 +45,7 @@ TYPES: dict[str, PType] = {t.name: t for t in (
     _t("f16", 2, "f", np.float16), _t("bf16", 2, "bf", np.uint16),
     _t("b32", 4, "b", np.uint32), _t("u32", 4, "u", np.uint32), _t("s32", 4, "s", np.int32),
     _t("f32", 4, "f", np.float32), _t("f16x2", 4, "f16x2", np.uint32), _t("bf16x2", 4, "bf16x2", np.uint32),
+    _t("tf32", 4, "tf32", np.uint32),       # a float32 bit pattern whose low 13 bits are zero
     _t("b64", 8, "b", np.uint64), _t("u64", 8, "u", np.uint64), _t("s64", 8, "s", np.int64),
     _t("f64", 8, "f", np.float64),
 )}
@@ -72,6 +73,23 @@ def f32_to_bf16(x: np.ndarray, mode: str = "rn") -> np.ndarray:
         u = u + 0x7FFF + ((u >> 16) & 1)
     out = (u >> 16).astype(np.uint16)
     return np.where(np.isnan(x), np.uint16(0x7FFF), out)
+
+
+# ---- tf32 ------------------------------------------------------------------------------------
+
+TF32_MASK = np.uint32(0xFFFFE000)     # sign, 8 exponent bits, 10 mantissa bits
+
+
+def f32_to_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 -> tf32 bits (cvt.rna.tf32.f32): the 10-bit mantissa rounded to nearest, ties away
+    from zero (half an ulp added to the magnitude, then truncated; a carry may reach infinity).
+    Infinities and NaNs keep their bits (a NaN's payload truncated, kept non-zero)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32)
+    finite = (u & np.uint32(0x7F800000)) != np.uint32(0x7F800000)
+    rounded = (u + np.uint32(0x1000)) & TF32_MASK
+    nan = ~finite & ((u & np.uint32(0x007FFFFF)) != 0)
+    kept = np.where(nan, (u & TF32_MASK) | np.uint32(0x00400000), u & TF32_MASK)
+    return np.where(finite, rounded, kept).astype(np.uint32)
 
 
 # ---- exact rounding through float64 round-to-odd ----------------------------------------------

@@ -3,9 +3,10 @@
 Both need every lane of each participating warp (`.aligned`): a warp with only some lanes
 executing raises SimulationError.  Fragment layouts follow the PTX ISA, as checked on an H100
 (platform notes, "mma.sync fragment layouts"): with g = lane >> 2 and t = lane & 3, element i of a
-thread counts from the low half (f16/bf16) or low byte (s8/u8) of its first register.
+thread counts from the low half (f16/bf16) or low byte (s8/u8) of its first register (tf32: one
+element per register).
 
-Accumulation: f16/bf16 products are exact in float64 and their sum with C is rounded once to f32.
+Accumulation: f16/bf16/tf32 products are exact in float64 and their sum with C is rounded once to f32.
 The tensor cores add in a different order, with f32 intermediate rounding (and, on some chips,
 truncation), so a hardware result differs from this one by up to about k * 2**-23 * sum|a*b|
 (k = 16 products per mma): compare with that tolerance, not bit for bit.  s8 mma is exact in
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import SimulationError
-from .numeric import bf16_to_f32
+from .numeric import TF32_MASK, bf16_to_f32
 from .ops import builder, unsupported
 
 WARP = 32
@@ -50,11 +51,14 @@ def _grid(count):
 
 
 def _layouts():
-    i8, i4, i16 = _grid(8), _grid(4), _grid(16)
+    i8, i4, i16, i2 = _grid(8), _grid(4), _grid(16), _grid(2)
     return {
         # m16n8k16 f16/bf16: A 16x16 row-major (8 per thread), B 16x8 (k, n) (4 per thread)
         ("m16n8k16", "a"): (_G + 8 * ((i8 >> 1) & 1), 2 * _T + (i8 & 1) + 8 * (i8 >> 2)),
         ("m16n8k16", "b"): (2 * _T + (i4 & 1) + 8 * (i4 >> 1), np.broadcast_to(_G, (WARP, 4))),
+        # m16n8k8 tf32: A 16x8 (4 per thread), B 8x8 (2 per thread), one element per register
+        ("m16n8k8", "a"): (_G + 8 * (i4 & 1), _T + 4 * (i4 >> 1)),
+        ("m16n8k8", "b"): (_T + 4 * i2, np.broadcast_to(_G, (WARP, 2))),
         # m16n8k32 s8: A 16x32 (16 per thread), B 32x8 (8 per thread)
         ("m16n8k32", "a"): (_G + 8 * ((i16 >> 2) & 1), 4 * _T + (i16 & 3) + 16 * (i16 >> 3)),
         ("m16n8k32", "b"): (4 * _T + (i8 & 3) + 16 * (i8 >> 2), np.broadcast_to(_G, (WARP, 8))),
@@ -70,6 +74,7 @@ LAYOUTS = _layouts()
 MMA_FORMS = {
     ("m16n8k16", "f16", "f16", "f32"): (16, 8, 16, 4, 2),
     ("m16n8k16", "bf16", "bf16", "f32"): (16, 8, 16, 4, 2),
+    ("m16n8k8", "tf32", "tf32", "f32"): (16, 8, 8, 4, 2),
     **{("m16n8k32", ta, tb, "s32"): (16, 8, 32, 4, 2) for ta in ("s8", "u8") for tb in ("s8", "u8")},
 }
 
@@ -81,6 +86,8 @@ def _elements(regs: np.ndarray, ab: str) -> np.ndarray:
         return regs.view(np.float16).astype(np.float64)
     if ab == "bf16":
         return bf16_to_f32(regs.view(np.uint16)).astype(np.float64)
+    if ab == "tf32":         # the operand's low 13 bits are not read: a float32 not rounded is truncated
+        return (regs & TF32_MASK).view(np.float32).astype(np.float64)
     return regs.view(np.int8 if ab == "s8" else np.uint8).astype(np.int64)
 
 
