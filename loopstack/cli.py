@@ -64,6 +64,7 @@ class InfoCommand:
         print(f"isa            {' '.join(sorted(features)) or '(none detected)'}")
         print(f"caches         l1d {size(caches['l1d'])}, l2 {size(caches['l2'])}, l3 {size(caches['l3'])}")
         print(f"targets        {', '.join(runnable) or '(none)'} run here")
+        print(f"gpu            {_gpu_line()}")
         print(f"target         {target.name}")
         for field, value in target.describe()[1:]:
             print(f"  {field:<20} {value}")
@@ -84,6 +85,19 @@ class InfoCommand:
             from .timing import write_records
             write_records(args.json, records)
         return 0
+
+
+def _gpu_line() -> str:
+    """What the GPU backend can do here: PTX always compiles; running needs the CUDA driver."""
+    from .backend.ptx import TARGETS as GPU_TARGETS
+    from .isa.ptx import driver, ptxas
+    try:
+        major, minor = driver.driver().capability()
+        runs = f"kernels run on the GPU (compute capability {major}.{minor})"
+    except LoopstackError as e:
+        runs = f"no GPU to run on ({str(e).splitlines()[0].split(':')[0]}): kernels run in the interpreter"
+    checks = "ptxas checks them" if ptxas.ptxas_path() else "no ptxas to check them"
+    return f"{', '.join(GPU_TARGETS)} compile here, {checks}; {runs}"
 
 
 def build_parser() -> argparse.ArgumentParser:

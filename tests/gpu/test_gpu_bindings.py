@@ -182,33 +182,29 @@ def test_a_cpu_compile_refuses_loops_bound_to_a_gpu():
     assert lt.compile(C, target="interp") is not None  # the interpreter runs any schedule
 
 
-@pytest.mark.parametrize("request_, ok", [("auto", True), ("mma.m16n8k16.f16", True), ("mma", True),
-                                          ("mma.m16n8k16.bf16", False), ("vpdpbusd.zmm", False)])
-def test_tensorize_names_the_mma_form_of_the_operands(request_, ok):
-    C, _, _ = gemm(64, 64, 64, "float16", None)
-    bind(C, GOOD, GOOD_KINDS)             # a GPU schedule: the request is not checked on the CPU
+F16, U8S8 = ("float16", None, "f32.f16.f16.f32"), ("uint8", "int8", "s32.u8.s8.s32")
+
+
+@pytest.mark.parametrize("operands, request_, ok", [
+    (F16, "auto", True), (F16, "mma.m16n8k16.f16", True), (F16, "mma", True), (F16, "mma.m16n8k16.bf16", False),
+    (F16, "vpdpbusd.zmm", False),
+    # uint8 activations by int8 weights: a whole name must be the form of both operands, a prefix a family
+    (U8S8, "mma.m16n8k32.u8.s8", True), (U8S8, "mma.m16n8k32", True), (U8S8, "mma.m16n8k32.u8", False),
+    (U8S8, "mma.m16n8k32.s8", False)])
+def test_tensorize_names_the_mma_form_of_the_operands(operands, request_, ok):
+    a, b, types = operands
+    C, _, _ = gemm(64, 64, 64, a, None, b_dtype=b)
+    if a == "float16":
+        bind(C, GOOD, GOOD_KINDS)         # a GPU schedule: the request is not checked on the CPU
     t = C.loop_tree
     _, total = contraction_nodes(t)
     C.set(t.tensorize(t.ref_of(total), request_))
     if ok:
-        assert "mma.sync" in lt.compile(C, target="sm_90").ptx
+        assert types in lt.compile(C, target="sm_90").ptx
     else:
-        with pytest.raises(ScheduleError, match="multiplies float16 operands with mma.m16n8k16.f16"):
-            lt.compile(C, target="sm_90")
-
-
-@pytest.mark.parametrize("request_, ok", [("mma.m16n8k32.u8.s8", True), ("mma.m16n8k32", True),
-                                          ("mma.m16n8k32.u8", False), ("mma.m16n8k32.s8", False)])
-def test_a_whole_mma_name_must_be_the_form_of_both_operands(request_, ok):
-    """uint8 activations by int8 weights multiply with mma...u8.s8; a prefix names the family."""
-    C, _, _ = gemm(64, 64, 64, "uint8", None, b_dtype="int8")
-    t = C.loop_tree
-    _, total = contraction_nodes(t)
-    C.set(t.tensorize(t.ref_of(total), request_))
-    if ok:
-        assert ".s32.u8.s8.s32" in lt.compile(C, target="sm_90").ptx
-    else:
-        with pytest.raises(ScheduleError, match="multiplies uint8 by int8 operands with mma.m16n8k32.u8.s8"):
+        says = "float16 operands with mma.m16n8k16.f16" if a == "float16" else \
+            "uint8 by int8 operands with mma.m16n8k32.u8.s8"
+        with pytest.raises(ScheduleError, match=f"multiplies {says}"):
             lt.compile(C, target="sm_90")
 
 

@@ -205,6 +205,7 @@ def test_info(capsys, tmp_path):
     out = capsys.readouterr().out
     t = host_target()
     assert f"target         {t.name}" in out and "GFLOPS" in out and cpu.cpu_brand() in out
+    assert "gpu            sm_80, sm_90 compile here" in out
     records = json.loads(out_json.read_text())
     assert records[0]["name"] == f"peak_fp32_fma_{t.name}" and records[0]["peak_gflops"] > 0
 
