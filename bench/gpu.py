@@ -61,9 +61,9 @@ def gemm_tree(n: int, dtype: str):
     return (A * B).sum(s.k).loop_tree.lower()
 
 
-def conv_tree(c: int, k: int, h: int):
+def conv_tree(c: int, k: int, h: int, batch: int = BATCH):
     s = lt.SymbolGenerator()
-    X = lt.Tensor(np.zeros((BATCH, h, h, c), np.float16)).to(s.b, s.h, s.w, s.c)
+    X = lt.Tensor(np.zeros((batch, h, h, c), np.float16)).to(s.b, s.h, s.w, s.c)
     W = lt.Tensor(np.zeros((3, 3, c, k), np.float16)).to(s.r, s.s, s.c, s.k)
     Xp = lt.nn.pad(X, (s.h, 1), (s.w, 1))
     hh, ww = Xp.symbolic_shape[1:3]

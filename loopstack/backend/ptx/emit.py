@@ -226,7 +226,7 @@ class GemmEmitter:
             for i in range(tile.per_thread):
                 idx = self.op3("add.u32", self.tid, i * T)
                 live = self.pred("lt", idx, tile.chunks) if (i + 1) * T > tile.chunks else None
-                row, col = self.divmod(idx, tile.per_row, (i + 1) * T - 1)
+                row, col = self._chunk_place(idx, tile, (i + 1) * T - 1)
                 col_e = self.op3("mul.lo.u32", col, tile.vec // self.es)          # element within the k-step row
                 soff = self.mad(row, tile.stride, self.op3("mul.lo.u32", col, tile.vec))
                 ch = {"live": live, "soff": soff, "col_e": col_e, "row": row}
@@ -240,6 +240,24 @@ class GemmEmitter:
                              self.op3("mul.lo.u32", self.select(n, 0, ch["ok"]), c.k * self.es))
                     ch["base"] = self.wide(self.ptrs[c.b], self._batched(start, c.b_batched, c.k * c.n * self.es))
                 out.append(ch)
+
+    def _chunk_place(self, idx, tile: _Tile, bound: int):
+        """(row, chunk within the row) that chunk number `idx` of a tile is copied to.  In row order
+        a quarter-warp's eight 16-byte copies fill two rows of 4 chunks (or four of 2), whose
+        padded rows overlap in a few banks (SMEM_PAD keeps ldmatrix's reads conflict-free, and
+        shifts each row 4 banks): so each quarter takes rows that share none, rows r and r + 4
+        (4 chunks a row) or rows of one parity among 8 (2 chunks).  The same 32 copies per warp,
+        so the same global sectors; rows of 8 chunks or more fill a quarter's 32 banks alone."""
+        C = tile.per_row
+        if tile.vec != 16 or C not in (2, 4) or tile.chunks % 32:
+            return self.divmod(idx, C, bound)
+        shr, band = (lambda x, n: self.op3("shr.u32", x, n)), (lambda x, m: self.op3("and.b32", x, m))
+        if C == 4:      # row (idx / 32) * 8 + quarter + 4 * (bit 2), chunk idx % 4
+            row = self.mad(shr(idx, 5), 8, self.mad(band(shr(idx, 2), 1), 4, band(shr(idx, 3), 3)))
+        else:           # row (idx / 32) * 16 + 8 * (bit 4) + (bit 3) + 2 * (bits 1-2), chunk idx % 2
+            row = self.mad(shr(idx, 5), 16, self.mad(band(shr(idx, 4), 1), 8,
+                                                     self.mad(band(shr(idx, 1), 3), 2, band(shr(idx, 3), 1))))
+        return row, band(idx, C - 1)
 
     def _a_rows(self, ch):
         c = self.c

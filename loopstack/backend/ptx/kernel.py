@@ -87,8 +87,9 @@ class PtxKernel(KernelBase):
         return self.flops / best / 1e9
 
     # -- the interpreter
-    def simulate(self, *arrays: np.ndarray) -> None:
-        """Run in the SIMT reference interpreter (outputs written in place)."""
+    def simulate(self, *arrays: np.ndarray, bank_profile: dict | None = None) -> None:
+        """Run in the SIMT reference interpreter (outputs written in place); `bank_profile`, a
+        dict, collects the shared-memory bank conflicts per instruction (isa/ptx/sim/banks.py)."""
         try:
             from ...isa.ptx.sim import launch
         except ImportError as e:
@@ -97,4 +98,4 @@ class PtxKernel(KernelBase):
         # bfloat16 arrays travel as their bits
         args = [a.view(np.uint16) if a.dtype.name == "bfloat16" else a for a in arrays]
         launch(self.ptx, self.entry, grid=self.grid, block=self.block, args=args,
-               dynamic_shared_bytes=self.shared_bytes)
+               dynamic_shared_bytes=self.shared_bytes, bank_profile=bank_profile)

@@ -33,7 +33,7 @@ class BoundKernel:
     """An entry bound to a launch configuration and its arguments: register file, state spaces and
     the compiled instruction list, reused by every CTA of the grid."""
 
-    def __init__(self, module: Module, entry: Entry, grid, block, args, dynamic_shared_bytes):
+    def __init__(self, module: Module, entry: Entry, grid, block, args, dynamic_shared_bytes, banks=None):
         self.entry = entry
         self.grid, self.block = grid, block
         bx, by, bz = block
@@ -60,7 +60,7 @@ class BoundKernel:
             self.specials[f"%nctaid.{axis}"] = np.full(n, g, np.uint32)
             self.specials[f"%ctaid.{axis}"] = np.zeros(n, np.uint32)
         self.symbols = {}
-        self.shared = SharedMemory(self._layout_shared(module, entry, dynamic_shared_bytes))
+        self.shared = SharedMemory(self._layout_shared(module, entry, dynamic_shared_bytes), banks)
         self.params, self.globals, self._writeback = self._bind_args(entry, args)
         reg_types = {name: TYPES[t] for name, t in entry.regs.items()}
         self.regs = {name: np.zeros(n, storage_dtype(t)) for name, t in reg_types.items()}

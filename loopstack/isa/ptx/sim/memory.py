@@ -159,9 +159,10 @@ class SharedMemory(ByteSpace):
 
     space = "shared"
 
-    def __init__(self, size):
+    def __init__(self, size, banks=None):
         self.buf = np.full(size, SHARED_POISON, dtype=np.uint8)
         self.hazards = SharedHazards(size)
+        self.banks = banks            # a banks.BankCounter, or None: conflicts not counted
         super().__init__([(0, self.buf, "the CTA's shared memory", True)] if size else [])
 
     def reset(self):
@@ -176,6 +177,8 @@ class SharedMemory(ByteSpace):
         self._locate(instr, fault, lanes, addr, size, False)
         idx = self._bytes(addr, size)
         self.hazards.read(fault, instr, lanes, idx)
+        if self.banks is not None:
+            self.banks.count(instr, lanes, addr, size)
         return self.buf[idx]
 
     def store(self, instr, fault, lanes, addr, data, asynchronous=False):
@@ -183,9 +186,13 @@ class SharedMemory(ByteSpace):
         self._locate(instr, fault, lanes, addr, data.shape[1], True)
         idx = self._bytes(addr, data.shape[1])
         (self.hazards.land_async if asynchronous else self.hazards.write)(fault, instr, lanes, idx)
+        if self.banks is not None and not asynchronous:      # a cp.async was counted at its issue
+            self.banks.count(instr, lanes, addr, data.shape[1])
         self.buf[idx] = data
 
     def issue_async(self, instr, fault, lanes, addr, size):
         """A cp.async into these bytes is in flight from now until its wait."""
         self._locate(instr, fault, lanes, addr, size, True)
         self.hazards.issue_async(fault, instr, lanes, self._bytes(addr, size))
+        if self.banks is not None:
+            self.banks.count(instr, lanes, addr, size)
