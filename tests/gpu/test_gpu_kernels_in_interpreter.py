@@ -284,3 +284,21 @@ def test_a_batched_gemm_with_a_shared_and_f32_output():
     out = np.zeros((nb, m, n), np.float32)
     kern.simulate(a, b, out)
     np.testing.assert_allclose(out, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype, m, n, k, sched", [
+    ("float16", 70, 40, 147, GpuSchedule(1, 2, 2, 1, 4, 0, 2)),     # rows of A 294 bytes: 2-byte copies
+    ("int8", 37, 7, 147, GpuSchedule(1, 2, 2, 4, 8, 0, 3)),         # B [k, n] rows of 7 bytes: byte copies,
+])                                                                    # and 256 x 128 bytes to transpose
+def test_tiles_of_narrow_rows_are_copied_by_loops_not_unrolled(dtype, m, n, k, sched):
+    """Hundreds of byte or half-word copies a thread per k-step run as a loop (emit.COPY_UNROLL):
+    the kernel stays small for the JIT (the unrolled kernel of the int8 case took ptxas 28 s) and
+    computes the same."""
+    from loopstack.backend.ptx.emit import COPY_UNROLL
+    rng = np.random.default_rng(7)
+    C, arrays, ref = gemm(m, n, k, dtype, rng, relu=True)
+    kern = lt.compile(C, target=GpuTarget("sm_90", sched))
+    mma = kern.contraction.mma
+    assert sched.bm * sched.bk(mma) // sched.threads > COPY_UNROLL        # A's elements a thread copies
+    assert "$L_each_" in kern.ptx and kern.ptx.count("\n") < 1000
+    _run(C, arrays, ref, GpuTarget("sm_90", sched), dtype, k)

@@ -21,6 +21,9 @@ from .match import Contraction, bias_loads
 
 OUT_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "s32", "int8": "s8", "uint8": "u8"}
 MAX_OFFSET = 2 ** 31 - 1      # byte offsets are computed in 32 bits
+# chunks of a tile a thread copies in straight-line code, their addresses set up once; past this
+# (rows a byte or two wide: hundreds of chunks a thread) a loop keeps the kernel small for the JIT
+COPY_UNROLL = 8
 
 
 def _vec_bytes(*row_bytes: int) -> int:
@@ -219,27 +222,61 @@ class GemmEmitter:
 
     # ------------------------------------------------------------------ global -> shared copies
     def _loader_setup(self):
-        """Per thread, per chunk it copies: the row-invariant part of its address and bounds."""
-        c, T = self.c, self.s.threads
-        self.a_chunks, self.b_chunks = [], []
-        for tile, out, is_a in ((self.ta, self.a_chunks, True), (self.tb, self.b_chunks, False)):
-            for i in range(tile.per_thread):
-                idx = self.op3("add.u32", self.tid, i * T)
-                live = self.pred("lt", idx, tile.chunks) if (i + 1) * T > tile.chunks else None
-                row, col = self._chunk_place(idx, tile, (i + 1) * T - 1)
-                col_e = self.op3("mul.lo.u32", col, tile.vec // self.es)          # element within the k-step row
-                soff = self.mad(row, tile.stride, self.op3("mul.lo.u32", col, tile.vec))
-                ch = {"live": live, "soff": soff, "col_e": col_e, "row": row}
-                if is_a:
-                    self._a_rows(ch)
-                else:
-                    # B rows are k (the column is n), or n
-                    n = self.op3("add.u32", self.n0, col_e if c.b_kmajor else row)
-                    ch["ok"] = self.pand(live, self.below(n, c.n, self.n_exact))
-                    start = (self.op3("mul.lo.u32", n, self.es) if c.b_kmajor else
-                             self.op3("mul.lo.u32", self.select(n, 0, ch["ok"]), c.k * self.es))
-                    ch["base"] = self.wide(self.ptrs[c.b], self._batched(start, c.b_batched, c.k * c.n * self.es))
-                out.append(ch)
+        """Per thread, per chunk it copies: the row-invariant part of its address and bounds, once
+        (a tile copied in more than COPY_UNROLL chunks a thread, narrow rows a byte or two at a
+        time, is copied by a loop instead, each chunk set up where it is copied: _load_stage)."""
+        self.a_chunks = self._setup_each(self.ta.chunks, lambda *at: self._chunk(self.ta, True, *at))
+        self.b_chunks = self._setup_each(self.tb.chunks, lambda *at: self._chunk(self.tb, False, *at))
+
+    def _setup_each(self, total: int, make) -> list:
+        """make(idx, live, bound) for each item this thread handles of `total` (thread t: items t,
+        t + T, ...; `live` where the last may lie past them), or [] where there are more than
+        COPY_UNROLL a thread: _each then sets each up in a loop."""
+        T = self.s.threads
+        per = -(-total // T)
+        if per > COPY_UNROLL:
+            return []
+        out = []
+        for i in range(per):
+            idx = self.op3("add.u32", self.tid, i * T)
+            live = self.pred("lt", idx, total) if (i + 1) * T > total else None
+            out.append(make(idx, live, (i + 1) * T - 1))
+        return out
+
+    def _each(self, total: int, unrolled: list, make):
+        """The items this thread handles of `total`, for the caller's loop body: those set up once
+        (_setup_each), or one at a time in a loop this emits around the body, each set up there."""
+        k, T = self.k, self.s.threads
+        per = -(-total // T)
+        if per <= COPY_UNROLL:
+            yield from unrolled
+            return
+        i = self.u32(0)
+        top = k.label("each")
+        k.place(top)
+        idx = self.mad(i, T, self.tid)
+        yield make(idx, self.pred("lt", idx, total) if per * T > total else None, per * T - 1)
+        k.ins("add.u32", i, i, 1)
+        k.ins("bra.uni", top, pred=self.pred("lt", i, per))
+
+    def _chunk(self, tile: _Tile, is_a: bool, idx, live, bound: int) -> dict:
+        """Chunk number `idx` (at most `bound`) of a tile: where it lies in shared memory, and the
+        row-invariant part of its global address and bounds."""
+        c = self.c
+        row, col = self._chunk_place(idx, tile, bound)
+        col_e = self.op3("mul.lo.u32", col, tile.vec // self.es)          # element within the k-step row
+        soff = self.mad(row, tile.stride, self.op3("mul.lo.u32", col, tile.vec))
+        ch = {"live": live, "soff": soff, "col_e": col_e, "row": row}
+        if is_a:
+            self._a_rows(ch)
+            return ch
+        # B rows are k (the column is n), or n
+        n = self.op3("add.u32", self.n0, col_e if c.b_kmajor else row)
+        ch["ok"] = self.pand(live, self.below(n, c.n, self.n_exact))
+        start = (self.op3("mul.lo.u32", n, self.es) if c.b_kmajor else
+                 self.op3("mul.lo.u32", self.select(n, 0, ch["ok"]), c.k * self.es))
+        ch["base"] = self.wide(self.ptrs[c.b], self._batched(start, c.b_batched, c.k * c.n * self.es))
+        return ch
 
     def _chunk_place(self, idx, tile: _Tile, bound: int):
         """(row, chunk within the row) that chunk number `idx` of a tile is copied to.  In row order
@@ -316,26 +353,34 @@ class GemmEmitter:
         k0 = self._k_origin(kt)
         # a k-step within one filter tap (BK divides C): its (r, s) and first channel, once
         window = self._conv_tap(k0) if c.conv is not None and c.conv.c % self.bk == 0 else None
-        # A: rows are m, columns are k
-        for ch in self.a_chunks:
+        for ch in self._each(self.ta.chunks, self.a_chunks, lambda *at: self._chunk(self.ta, True, *at)):
+            self._copy_a(ch, base, k0, window)
+        for ch in self._each(self.tb.chunks, self.b_chunks, lambda *at: self._chunk(self.tb, False, *at)):
+            self._copy_b(ch, b_base, k0)
+
+    def _copy_a(self, ch, base, k0, window):
+        """A's chunk of the k-step starting at k0: rows are m, columns are k."""
+        c = self.c
+        kk = self.op3("add.u32", k0, ch["col_e"])
+        if c.conv is None:
+            ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
+            off = self.select(self.op3("mul.lo.u32", kk, self.es), 0, ok)
+        else:
+            ok, off = self._conv_a_offset(ch, kk, window)
+        self._copy(self.ta, ch, base, self.wide(ch["base"], off), ok)
+
+    def _copy_b(self, ch, b_base, k0):
+        """B's chunk of the k-step starting at k0: rows are k (k-major) or n."""
+        c = self.c
+        if c.b_kmajor:
+            kk = self.op3("add.u32", k0, ch["row"])
+            ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
+            off = self.select(self.op3("mul.lo.u32", kk, c.n * self.es), 0, ok)
+        else:
             kk = self.op3("add.u32", k0, ch["col_e"])
-            if c.conv is None:
-                ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
-                off = self.select(self.op3("mul.lo.u32", kk, self.es), 0, ok)
-            else:
-                ok, off = self._conv_a_offset(ch, kk, window)
-            self._copy(self.ta, ch, base, self.wide(ch["base"], off), ok)
-        # B: rows are k (k-major) or n
-        for ch in self.b_chunks:
-            if c.b_kmajor:
-                kk = self.op3("add.u32", k0, ch["row"])
-                ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
-                off = self.select(self.op3("mul.lo.u32", kk, c.n * self.es), 0, ok)
-            else:
-                kk = self.op3("add.u32", k0, ch["col_e"])
-                ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
-                off = self.select(self.op3("mul.lo.u32", kk, self.es), 0, ok)
-            self._copy(self.tb, ch, b_base, self.wide(ch["base"], off), ok)
+            ok = self.pand(ch["ok"], self.below(kk, c.k, self.k_exact))
+            off = self.select(self.op3("mul.lo.u32", kk, self.es), 0, ok)
+        self._copy(self.tb, ch, b_base, self.wide(ch["base"], off), ok)
 
     def _conv_tap(self, k0: Reg):
         """(first channel, r, s) of the k-step starting at reduction index k0."""
@@ -431,35 +476,61 @@ class GemmEmitter:
     def _transpose_setup(self):
         """Per block of the k-major B tile a thread transposes (see _transpose_b), 4 rows of k
         by 4 bytes of n (4 bytes, or one float32): whether it exists, its offset in a stage's B
-        tile and its address in the [n][k] copy.  Consecutive threads take 4 k-blocks (or all,
-        where a k-step has fewer: tf32's k-step may be 8 deep) of 8 or more n-blocks: rows of both
-        tiles are 16-byte multiples apart (cp.async's and ldmatrix's alignment), so lanes that
-        differ only in k (reads) or only in n (writes) meet in few banks, and this mix keeps both
-        conflicts low.  Both counts are powers of two."""
-        threads, es = self.s.threads, self.es
-        kb4, nb4 = self.bk // 4, self.bn * es // 4
+        tile and its address in the [n][k] copy (which blocks a warp takes: _transpose_block)."""
+        self.tt_count = (self.bk // 4) * (self.bn * self.es // 4)
+        self.tt_blocks = self._setup_each(self.tt_count, self._block_addresses)
+
+    def _block_addresses(self, b, live, bound=None):
+        """(live, offset in a stage's B tile, address in the [n][k] copy) of transpose block b."""
+        es = self.es
+        kb, nb = self._transpose_block(b, self.bk // 4, self.bn * es // 4)
+        src = self.mad(kb, 4 * self.tb.stride, self.op3("mul.lo.u32", nb, 4))     # row 4kb, byte 4nb
+        # the block's 4 / es rows of n in the copy, from byte 4kb * es of k
+        dst = self.mad(nb, 4 // es * self.tt_stride, self.mad(kb, 4 * es, self.smem))
+        return live, src, self.op3("add.u32", dst, self.tt_offset)
+
+    def _transpose_block(self, b, kb4: int, nb4: int):
+        """(k-block, n-block) of transpose block number b, so that a warp's reads and writes meet
+        in as few banks as the padded rows allow.  Both tiles' rows are 16-byte multiples plus 16
+        bytes apart, so a read's bank is 16 kb + nb and a write's 16 nb + kb (mod 32; bytes: four
+        rows of n a block) or, tf32, a 16-byte store at bank group (2 CHUNK + 1) nb + kb (mod 8):
+          - tf32: a warp takes 2 k-blocks by 16 n-blocks, each quarter-warp one k-block by 8
+            n-blocks: conflict-free both ways;
+          - bytes, both tiles 64 bytes wide or more: in each 16 x 16 square of blocks, warp c
+            takes kb = 2i + x, nb = 2((i + c) mod 8) + y for i < 8 and bits x, y: the 32 values
+            16x + nb, and 16y + kb, are distinct, and the 8 warps cover the square;
+          - otherwise 4 k-blocks (or all, where fewer) by 8 or more n-blocks (reads 2, writes up to
+            4 wavefronts a warp).  Every count is a power of two."""
+        op = self.op3
+        if self.es == 4:
+            nb16 = nb4 // 16
+            g = op("shr.u32", b, 5)
+            nb = op("or.b32", op("shl.b32", op("and.b32", g, nb16 - 1), 4), op("and.b32", b, 15))
+            kb = op("or.b32", op("shl.b32", op("shr.u32", g, nb16.bit_length() - 1), 1),
+                    op("and.b32", op("shr.u32", b, 4), 1))
+            return kb, nb
+        if kb4 >= 16 and nb4 >= 16:
+            i, x, y = op("and.b32", b, 7), op("and.b32", op("shr.u32", b, 3), 1), op("and.b32", op("shr.u32", b, 4), 1)
+            c = op("and.b32", op("shr.u32", b, 5), 7)
+            square, squares_n = op("shr.u32", b, 8), nb4 // 16
+            kb_hi = op("shl.b32", op("shr.u32", square, squares_n.bit_length() - 1), 4)
+            nb_hi = op("shl.b32", op("and.b32", square, squares_n - 1), 4)
+            kb = op("add.u32", kb_hi, self.mad(i, 2, x))
+            nb = op("add.u32", nb_hi, self.mad(op("and.b32", op("add.u32", i, c), 7), 2, y))
+            return kb, nb
         kq = min(4, kb4)
-        blocks = kb4 * nb4
-        tt = self.op3("add.u32", self.smem, self.tt_offset)
-        self.tt_blocks = []
-        for i in range(-(-blocks // threads)):
-            b = self.op3("add.u32", self.tid, i * threads)
-            live = self.pred("lt", b, blocks) if (i + 1) * threads > blocks else None
-            rest = self.op3("shr.u32", b, kq.bit_length() - 1)
-            nb = self.op3("and.b32", rest, nb4 - 1)
-            kb = self.op3("or.b32", self.op3("and.b32", b, kq - 1),
-                          self.op3("shl.b32", self.op3("shr.u32", rest, nb4.bit_length() - 1), kq.bit_length() - 1))
-            src = self.mad(kb, 4 * self.tb.stride, self.op3("mul.lo.u32", nb, 4))     # row 4kb, byte 4nb
-            # the block's 4 / es rows of n in the copy, from byte 4kb * es of k
-            dst = self.mad(nb, 4 // es * self.tt_stride, self.mad(kb, 4 * es, tt))
-            self.tt_blocks.append((live, src, dst))
+        rest = op("shr.u32", b, kq.bit_length() - 1)
+        nb = op("and.b32", rest, nb4 - 1)
+        kb = op("or.b32", op("and.b32", b, kq - 1),
+                op("shl.b32", op("shr.u32", rest, nb4.bit_length() - 1), kq.bit_length() - 1))
+        return kb, nb
 
     def _transpose_b(self, b_tile: Reg):
         """The stage's k-major B tile (BK rows of BN elements) into the [n][k] copy that ldmatrix
         reads: per block, four words read down k; bytes (4 k x 4 n) transposed with eight prmt
         and written as four words along n, float32 (4 k x 1 n) written as one v4 along k."""
         k = self.k
-        for live, src_off, dst in self.tt_blocks:
+        for live, src_off, dst in self._each(self.tt_count, self.tt_blocks, self._block_addresses):
             src = self.op3("add.u32", b_tile, src_off)
             w = [k.reg("b32") for _ in range(4)]
             for r, reg in enumerate(w):                  # w[r] = B[4kb + r][nb] (bytes: 4nb + j)
