@@ -105,3 +105,26 @@ def test_the_kernels_fragment_reads_are_conflict_free(dtype, b_transposed):
         one_chunk_rows = dtype in ("int8", "uint8") and not b_transposed and sched.bn == 16
         copies = [st.ratio for st in prof.values() if st.opcode.startswith("cp.async")]
         assert all(r == 1.0 for r in copies) or one_chunk_rows and all(r <= 2.0 for r in copies), bank_report(prof)
+
+
+@pytest.mark.parametrize("dtype, sched", [
+    ("int8", GpuSchedule(2, 4, 4, 4, 2, 0, 3)),       # bytes: 64 deep, 128 wide
+    ("int8", GpuSchedule(1, 2, 2, 2, 4, 0, 2)),       # 128 deep, 64 wide
+    ("float32", GpuSchedule(2, 4, 4, 4, 2, 0, 3)),    # tf32: whatever the tile
+    ("float32", GpuSchedule(1, 1, 1, 1, 1, 0, 1)),
+])
+def test_a_k_major_b_is_transposed_without_bank_conflicts(dtype, sched):
+    """The transpose of an 8- or 32-bit B [k, n] in shared memory (emit._transpose_block): each
+    warp's reads and writes meet every bank once."""
+    from loopstack.isa.ptx.mma import mma_for
+    m, n, k = sched.bm, sched.bn, 2 * sched.bk(mma_for(dtype))
+    C, arrays, ref = gemm(m, n, k, dtype, np.random.default_rng(2))
+    kern = lt.compile(C, target=GpuTarget("sm_90", sched, allow_tf32=True))
+    got = np.zeros((m, n), lt.dtypes.dtype(kern.tree.outputs[0].dtype).np)
+    prof = {}
+    kern.simulate(*arrays, got, bank_profile=prof)
+    ops = by_opcode(prof)
+    moves = [s for op, s in ops.items() if op.startswith(("ld.shared", "st.shared"))]
+    assert len(moves) == 2 and all(s.ratio == 1.0 for s in moves), bank_report(prof)
+    want = ref()
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=0.1 * np.sqrt(k) if dtype != "int8" else 0)
