@@ -4,7 +4,7 @@ each kernel assembled by ptxas and run in the SIMT reference interpreter against
     python bench/fuzz_gpu.py --n 2000 --seed 0 [--jobs 2] [--targets sm_80,sm_90,device] [--json FILE]
     python bench/fuzz_gpu.py --case 17 --seed 0      # one case, in this process, verbosely
 
-A case is a GEMM (B [k, n] or [n, k]; bias, relu, scale), a batched GEMM (B per batch or
+A case is a GEMM (B [k, n] or [n, k]; bias, relu, scale, sigmoid / tanh / gelu / abs), a batched GEMM (B per batch or
 shared), an NHWC convolution (1x1 or 3x3, stride 1 or 2, padded or not, batch 1 or 2) or an
 8-bit GEMM requantized to int8/uint8, in f16, bf16, float32 (as tf32) or 8-bit integers (int8
 or uint8 on either side; the batched GEMMs one type for both) with sizes drawn to straddle the
@@ -51,6 +51,14 @@ DTYPES = ("float16", "bfloat16", "float32", "int8", "uint8")     # float32 as tf
 INTEGER = ("int8", "uint8")
 FAMILIES = ("gemm", "batched", "conv", "requant", "bound-gemm", "bound-conv")
 ARCHES = ("sm_80", "sm_90")
+# epilogue activations: (the DSL's, numpy's); exp is left out: it turns the sums' rounding into
+# relative errors as large as the sums
+ACTIVATIONS = {
+    "sigmoid": (lt.nn.sigmoid, lambda x: 1 / (1 + np.exp(-x))),
+    "tanh": (lt.nn.tanh, np.tanh),
+    "gelu": (lt.nn.gelu, lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))),
+    "abs": (lt.abs, np.abs),
+}
 DEVICE = "device"
 
 
@@ -102,6 +110,10 @@ def build_case(seed: int, index: int, targets):
                                    relu=relu, scale=scale, b_dtype=b_dtype)
         what = f"gemm {m}x{n}x{k} x {b_dtype}{' B^T' if bt else ''}{' +bias' if bias else ''}{' relu' if relu else ''}" \
                f"{f' *{scale}' if scale else ''}"
+        act = rnd.choice((None, None) + tuple(ACTIVATIONS)) if dtype not in INTEGER else None
+        if act is not None:          # fused on the store after the bias and relu
+            prog, ref = ACTIVATIONS[act][0](prog), (lambda f, r: lambda: f(r()))(ACTIVATIONS[act][1], ref)
+            what += f" {act}"
         if family == "bound-gemm":
             P.bound(prog, sched, mk, m, n, k)
             mode = "bound"

@@ -302,3 +302,33 @@ def test_tiles_of_narrow_rows_are_copied_by_loops_not_unrolled(dtype, m, n, k, s
     assert sched.bm * sched.bk(mma) // sched.threads > COPY_UNROLL        # A's elements a thread copies
     assert "$L_each_" in kern.ptx and kern.ptx.count("\n") < 1000
     _run(C, arrays, ref, GpuTarget("sm_90", sched), dtype, k)
+
+
+ACTIVATIONS = {"exp": lt.exp, "sigmoid": lt.nn.sigmoid, "tanh": lt.nn.tanh, "gelu": lt.nn.gelu, "abs": lt.abs,
+               "silu": lambda x: x * lt.nn.sigmoid(x)}
+
+
+@settings(max_examples=10)
+@given(act=st.sampled_from(sorted(ACTIVATIONS)), m=st.integers(1, 48), n=st.integers(1, 40), scale=st.sampled_from([0.25, 1.0, 4.0]),
+       seed=st.integers(0, 99))
+def test_float_activations_in_the_epilogue_agree_with_loopstacks_definitions(act, m, n, scale, seed):
+    """exp, sigmoid, tanh, gelu (tanh form), abs and x * sigmoid(x) fused on the store, against the
+    loop-tree interpreter.  The operands are multiples of 1/8 below 1 in magnitude, exact in
+    tf32, and 32 products sum exactly in f32: what differs is the activation alone."""
+    rng = np.random.default_rng(seed)
+    s = lt.SymbolGenerator()
+    a = (rng.integers(-8, 8, (m, 32)) / 8).astype(np.float32)
+    b = (rng.integers(-8, 8, (32, n)) / 8).astype(np.float32)
+    Y = ACTIVATIONS[act]((lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k) * (scale / 4))
+    kern = lt.compile(Y, target=GpuTarget("sm_90", GpuSchedule(1, 1, 2, 1, 2, 0, 2), allow_tf32=True))
+    got, want = np.zeros((m, n), np.float32), np.zeros((m, n), np.float32)
+    kern.simulate(a, b, got)
+    lt.compile(Y, target="interp")(a, b, want)
+    # ex2.approx is within 2 ulp, and x log2(e) rounds: |x| up to 8 here
+    np.testing.assert_allclose(got, want, rtol=4e-6, atol=2e-7)
+
+
+def test_activations_an_integer_result_cannot_take_are_refused():
+    C, _, _ = gemm(32, 16, 32, "int8", None)
+    with pytest.raises(lt.LoopstackError, match="unary op sigmoid needs a floating-point statement"):
+        lt.compile(lt.nn.sigmoid(C), target="sm_90")

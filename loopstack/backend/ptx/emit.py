@@ -19,6 +19,10 @@ from ...looptree.ir import Acc, Binary, Const, Load, Unary
 from .knobs import SMEM_PAD, GpuSchedule
 from .match import Contraction, bias_loads
 
+LOG2E = 1.4426950408889634
+GELU_C = 0.7978845608028654      # sqrt(2 / pi)
+ACTIVATIONS = {"exp": lambda em, x: em._exp(x), "sigmoid": lambda em, x: em._sigmoid(x),
+               "tanh": lambda em, x: em._tanh(x), "gelu": lambda em, x: em._gelu(x)}
 OUT_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "s32", "int8": "s8", "uint8": "u8"}
 MAX_OFFSET = 2 ** 31 - 1      # byte offsets are computed in 32 bits
 # chunks of a tile a thread copies in straight-line code, their addresses set up once; past this
@@ -743,17 +747,43 @@ class GemmEmitter:
             return r
         if isinstance(e, Unary):
             x = self._post(e.x, acc, loads)
+            if e.op in ACTIVATIONS:
+                return ACTIVATIONS[e.op](self, x)
             r = k.reg(ct)
             if e.op == "relu":
                 k.ins(f"max.{ct}", r, x, 0.0 if ct == "f32" else 0)
-            else:
-                k.ins(f"neg.{ct}", r, x)
+            else:                     # neg, abs
+                k.ins(f"{e.op}.{ct}", r, x)
             return r
         a, b = self._post(e.a, acc, loads), self._post(e.b, acc, loads)
         r = k.reg(ct)
         op = "mul.lo" if (e.op, ct) == ("mul", "s32") else e.op
         k.ins(f"{op}.{ct}", r, a, b)
         return r
+
+    # ---- float activations (f32; loopstack's definitions, interp.py): exp as ex2.approx of x log2 e
+    # (2 ulp, and the rounding of x log2 e: relative 6e-8 |x|); sigmoid 1 / (1 + exp(-x)) with an
+    # IEEE reciprocal; tanh 2 sigmoid(2x) - 1 (absolute error ~1e-7 near 0); gelu, the tanh form,
+    # as x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)), which does not cancel (as vmath.py does)
+    def _f32(self, op: str, *xs) -> Reg:
+        r = self.k.reg("f32")
+        self.k.ins(op, r, *xs)
+        return r
+
+    def _exp(self, x, sign: float = 1.0) -> Reg:
+        return self._f32("ex2.approx.ftz.f32", self._f32("mul.rn.f32", x, sign * LOG2E))
+
+    def _sigmoid(self, x) -> Reg:
+        return self._f32("rcp.rn.f32", self._f32("add.rn.f32", self._exp(x, -1.0), 1.0))
+
+    def _tanh(self, x) -> Reg:
+        s = self._sigmoid(self._f32("add.rn.f32", x, x))
+        return self._f32("fma.rn.f32", s, 2.0, -1.0)
+
+    def _gelu(self, x) -> Reg:
+        x2 = self._f32("mul.rn.f32", x, x)
+        inner = self._f32("fma.rn.f32", x2, 2 * GELU_C * 0.044715, 2 * GELU_C)       # 2c (1 + 0.044715 x^2)
+        return self._f32("mul.rn.f32", x, self._sigmoid(self._f32("mul.rn.f32", x, inner)))
 
     def _store(self, ot: str, addr: Reg, at: int, vals: list[Reg], oks: list[Reg], pair: bool):
         """Two adjacent output elements at byte `at` past `addr`."""

@@ -141,6 +141,8 @@ FORMS: dict[str, Form] = {f.op: f for f in (
     Form("max", (), INT + FLOAT, "dss"),
     Form("neg", (), ("s32", "s64") + FLOAT, "ds"),
     Form("abs", (), ("s32", "s64") + FLOAT, "ds"),
+    Form("ex2", (("approx",), ("", "ftz")), ("f32",), "ds"),
+    Form("rcp", (("rn", "approx"), ("", "ftz")), ("f32", "f64"), "ds"),
     Form("and", (), BITS + ("pred",), "dss"),
     Form("or", (), BITS + ("pred",), "dss"),
     Form("xor", (), BITS + ("pred",), "dss"),
