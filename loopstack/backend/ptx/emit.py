@@ -59,13 +59,12 @@ _FOLD = {"add.u32": lambda a, b: a + b, "sub.u32": lambda a, b: a - b, "mul.lo.u
 class _Tile:
     """How one operand's k-step tile lies in shared memory and where its chunks come from."""
 
-    def __init__(self, rows: int, row_elems: int, es: int, vec: int, threads: int):
+    def __init__(self, rows: int, row_elems: int, es: int, vec: int):
         self.rows, self.row_elems, self.es = rows, row_elems, es
         self.stride = row_elems * es + SMEM_PAD             # bytes per shared row
         self.vec = vec if vec else es                        # bytes per copy
         self.per_row = row_elems * es // self.vec
         self.chunks = rows * self.per_row
-        self.per_thread = -(-self.chunks // threads)
         self.bytes = rows * self.stride
 
 
@@ -79,7 +78,6 @@ class GemmEmitter:
         es = mma.ab_bytes
         self.es = es
         self.bm, self.bn, self.bk = sched.bm, sched.bn, sched.bk(mma)
-        T = sched.threads
         conv = con.conv
         if conv is not None:
             a_rows = (conv.c * es,)
@@ -88,9 +86,9 @@ class GemmEmitter:
             a_rows = (con.k * es,)
             self.kt_count = -(-con.k // self.bk)
         b_rows = (con.n * es,) if con.b_kmajor else (con.k * es,)
-        self.ta = _Tile(self.bm, self.bk, es, _vec_bytes(*a_rows), T)
-        self.tb = (_Tile(self.bk, self.bn, es, _vec_bytes(*b_rows), T) if con.b_kmajor
-                   else _Tile(self.bn, self.bk, es, _vec_bytes(*b_rows), T))
+        self.ta = _Tile(self.bm, self.bk, es, _vec_bytes(*a_rows))
+        self.tb = (_Tile(self.bk, self.bn, es, _vec_bytes(*b_rows)) if con.b_kmajor
+                   else _Tile(self.bn, self.bk, es, _vec_bytes(*b_rows)))
         # bounds that hold by construction need no check: a size that is a multiple of its tile
         self.m_exact = con.m % self.bm == 0
         self.n_exact = con.n % self.bn == 0
@@ -229,8 +227,10 @@ class GemmEmitter:
         """Per thread, per chunk it copies: the row-invariant part of its address and bounds, once
         (a tile copied in more than COPY_UNROLL chunks a thread, narrow rows a byte or two at a
         time, is copied by a loop instead, each chunk set up where it is copied: _load_stage)."""
-        self.a_chunks = self._setup_each(self.ta.chunks, lambda *at: self._chunk(self.ta, True, *at))
-        self.b_chunks = self._setup_each(self.tb.chunks, lambda *at: self._chunk(self.tb, False, *at))
+        self.a_chunk = lambda *at: self._chunk(self.ta, True, *at)
+        self.b_chunk = lambda *at: self._chunk(self.tb, False, *at)
+        self.a_chunks = self._setup_each(self.ta.chunks, self.a_chunk)
+        self.b_chunks = self._setup_each(self.tb.chunks, self.b_chunk)
 
     def _setup_each(self, total: int, make) -> list:
         """make(idx, live, bound) for each item this thread handles of `total` (thread t: items t,
@@ -357,9 +357,9 @@ class GemmEmitter:
         k0 = self._k_origin(kt)
         # a k-step within one filter tap (BK divides C): its (r, s) and first channel, once
         window = self._conv_tap(k0) if c.conv is not None and c.conv.c % self.bk == 0 else None
-        for ch in self._each(self.ta.chunks, self.a_chunks, lambda *at: self._chunk(self.ta, True, *at)):
+        for ch in self._each(self.ta.chunks, self.a_chunks, self.a_chunk):
             self._copy_a(ch, base, k0, window)
-        for ch in self._each(self.tb.chunks, self.b_chunks, lambda *at: self._chunk(self.tb, False, *at)):
+        for ch in self._each(self.tb.chunks, self.b_chunks, self.b_chunk):
             self._copy_b(ch, b_base, k0)
 
     def _copy_a(self, ch, base, k0, window):
