@@ -4,7 +4,7 @@ each kernel assembled by ptxas and run in the SIMT reference interpreter against
     python bench/fuzz_gpu.py --n 2000 --seed 0 [--jobs 2] [--targets sm_80,sm_90,device] [--json FILE]
     python bench/fuzz_gpu.py --case 17 --seed 0      # one case, in this process, verbosely
 
-A case is a GEMM (B [k, n] or [n, k]; bias, relu, scale, sigmoid / tanh / gelu / abs), a batched GEMM (B per batch or
+A case is a GEMM (B [k, n] or [n, k]; bias, relu, scale, sigmoid / tanh / gelu / erf / abs), a batched GEMM (B per batch or
 shared), an NHWC convolution (1x1 or 3x3, stride 1 or 2, padded or not, batch 1 or 2) or an
 8-bit GEMM requantized to int8/uint8, in f16, bf16, float32 (as tf32) or 8-bit integers (int8
 or uint8 on either side; the batched GEMMs one type for both) with sizes drawn to straddle the
@@ -27,6 +27,7 @@ and problems up to 160 per dimension: a case takes about a second.
 """
 from __future__ import annotations
 
+import math
 import os
 import random
 import sys
@@ -58,6 +59,7 @@ ACTIVATIONS = {
     "tanh": (lt.nn.tanh, np.tanh),
     "gelu": (lt.nn.gelu, lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))),
     "abs": (lt.abs, np.abs),
+    "erf": (lt.erf, lambda x: np.vectorize(math.erf)(x)),
 }
 DEVICE = "device"
 

@@ -22,7 +22,8 @@ from .match import Contraction, bias_loads
 LOG2E = 1.4426950408889634
 GELU_C = 0.7978845608028654      # sqrt(2 / pi)
 ACTIVATIONS = {"exp": lambda em, x: em._exp(x), "sigmoid": lambda em, x: em._sigmoid(x),
-               "tanh": lambda em, x: em._tanh(x), "gelu": lambda em, x: em._gelu(x)}
+               "tanh": lambda em, x: em._tanh(x), "gelu": lambda em, x: em._gelu(x),
+               "erf": lambda em, x: em._erf(x)}
 OUT_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "s32", "int8": "s8", "uint8": "u8"}
 MAX_OFFSET = 2 ** 31 - 1      # byte offsets are computed in 32 bits
 # chunks of a tile a thread copies in straight-line code, their addresses set up once; past this
@@ -784,6 +785,20 @@ class GemmEmitter:
         x2 = self._f32("mul.rn.f32", x, x)
         inner = self._f32("fma.rn.f32", x2, 2 * GELU_C * 0.044715, 2 * GELU_C)       # 2c (1 + 0.044715 x^2)
         return self._f32("mul.rn.f32", x, self._sigmoid(self._f32("mul.rn.f32", x, inner)))
+
+    def _erf(self, x) -> Reg:
+        """erf as the CPU's vector code computes it (vmath.py's coefficients, one table): x P(x^2) /
+        Q(x^2) on x clamped to +-ERF_CLAMP, beyond which erf is 1 in float32; relative error 4e-7."""
+        from ..vmath import ERF_CLAMP, ERF_P, ERF_Q
+        xc = self._f32("min.f32", self._f32("max.f32", x, -ERF_CLAMP), ERF_CLAMP)
+        t = self._f32("mul.rn.f32", xc, xc)
+
+        def horner(coefficients):          # the first step multiplies two constants' worth: t c_n + c_n-1
+            acc = coefficients[-1]
+            for c in reversed(coefficients[:-1]):
+                acc = self._f32("fma.rn.f32", t, acc, c)
+            return acc
+        return self._f32("div.rn.f32", self._f32("mul.rn.f32", xc, horner(ERF_P)), horner(ERF_Q))
 
     def _store(self, ot: str, addr: Reg, at: int, vals: list[Reg], oks: list[Reg], pair: bool):
         """Two adjacent output elements at byte `at` past `addr`."""

@@ -8,7 +8,7 @@ The GPU backend maps a loop tree onto the tensor cores when its one statement is
 
 with `init identity` or a per-column `init v[n]` (a bias), and an optional epilogue `post`
 built from the accumulator, constants, per-column loads and add/sub/mul/max/min/relu/neg/abs,
-and on float results exp/sigmoid/tanh/gelu.
+and on float results exp/sigmoid/tanh/gelu/erf.
 As everywhere in loopstack, `post` sees the value as stored (rounded to f16/bf16, or
 wrapped to int8 as C's conversion does) and its result is converted again when stored.  The convolution is an
 implicit GEMM: M = b*oh*ow, N = output channels, K = r*s*c in that order.  Anything else is
@@ -27,7 +27,7 @@ from ...isa.ptx.mma import mma_for
 from ...looptree.ir import Acc, Binary, Compute, Const, Load, Loop, LoopTree, Unary
 
 INTEGER_8 = frozenset({"int8", "uint8"})   # either signedness on either side: the u8/s8 mma forms
-POST_UNARY = ("relu", "neg", "abs", "exp", "sigmoid", "tanh", "gelu")     # the last four on floats only
+POST_UNARY = ("relu", "neg", "abs", "exp", "sigmoid", "tanh", "gelu", "erf")     # the last five on floats only
                                                                       # (the loop tree's verifier says so)
 POST_BINARY = ("add", "sub", "mul", "max", "min")
 
