@@ -71,6 +71,11 @@ def _size(rnd: random.Random, hi: int = 160) -> int:
     return max(1, min(hi, rnd.choice((16, 32)) * rnd.randint(1, 4) + rnd.choice((-1, 0, 1))))
 
 
+def _then(f, ref):
+    """The reference `ref` (computed when called) with `f` applied."""
+    return lambda: f(ref())
+
+
 def random_knobs(rnd: random.Random) -> GpuSchedule:
     """Knobs up to 8 warps and 4x4 tiles a warp (the interpreter's cost grows with both)."""
     while True:
@@ -114,7 +119,7 @@ def build_case(seed: int, index: int, targets):
                f"{f' *{scale}' if scale else ''}"
         act = rnd.choice((None, None) + tuple(ACTIVATIONS)) if dtype not in INTEGER else None
         if act is not None:          # fused on the store after the bias and relu
-            prog, ref = ACTIVATIONS[act][0](prog), (lambda f, r: lambda: f(r()))(ACTIVATIONS[act][1], ref)
+            prog, ref = ACTIVATIONS[act][0](prog), _then(ACTIVATIONS[act][1], ref)
             what += f" {act}"
         if family == "bound-gemm":
             P.bound(prog, sched, mk, m, n, k)
