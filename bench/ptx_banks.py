@@ -1,7 +1,8 @@
 """Shared-memory bank conflicts of the GPU benchmark's kernels, counted by the PTX interpreter.
 
-bench/gpu.py's workloads (GEMM 4096^3 in fp16, bf16, tf32 and int8, CONV-1..4 fp16) with the
-knobs `lt.compile` picks for them, each run in the interpreter on a problem of the same kind cut
+bench/gpu.py's workloads (GEMM 4096^3 in fp16, bf16, tf32 and int8, CONV-1..4 fp16), and the
+layouts that transpose B in shared memory (GEMM 4096^3 int8 and tf32 with B [k, n], CONV-2 in
+int8: every int8 convolution's weights are k-major), with the knobs `lt.compile` picks for them, each run in the interpreter on a problem of the same kind cut
 down to a few CTAs and k-steps: the same tiles, copies, transposes and fragment loads, so the
 same access patterns (bank conflicts depend on addresses within a CTA, not on the problem's
 size).  Per kernel and shared-memory instruction kind: wavefronts per ideal wavefront (1.00 is
@@ -35,20 +36,40 @@ from loopstack.tune.gpu import tune_gpu  # noqa: E402
 SHORT = {"cp.async": "cp.async", "ldmatrix": "ldmatrix", "ld.shared": "ld.shared", "st.shared": "st.shared"}
 
 
+def gemm_tree(m: int, n: int, k: int, dtype: str, b_kmajor: bool):
+    s = lt.SymbolGenerator()
+    A = lt.Tensor(np.zeros((m, k), G._np(dtype))).to(s.m, s.k)
+    B = lt.Tensor(np.zeros((k, n) if b_kmajor else (n, k), G._np(dtype)))
+    B = B.to(s.k, s.n) if b_kmajor else B.to(s.n, s.k)
+    return (A * B).sum(s.k).loop_tree.lower()
+
+
+def conv_tree(c: int, k: int, h: int, dtype: str, batch: int):
+    s = lt.SymbolGenerator()
+    X = lt.Tensor(np.zeros((batch, h, h, c), G._np(dtype))).to(s.b, s.h, s.w, s.c)
+    Xp = lt.nn.pad(X, (s.h, 1), (s.w, 1))
+    hh, ww = Xp.symbolic_shape[1:3]
+    Xw = Xp.to(s.b, s.oh, s.ow, s.r, s.s, s.c, constraints=[(hh, s.oh + s.r), (ww, s.ow + s.s)])
+    W = lt.Tensor(np.zeros((3, 3, c, k), G._np(dtype))).to(s.r, s.s, s.c, s.k)
+    return (Xw * W).sum(s.r, s.s, s.c).loop_tree.lower()
+
+
+def workloads():
+    """(name, tree, kind, dtype): bench/gpu.py's, and the transposing layouts."""
+    extra = [(f"GEMM-4096-{dt}-Bkn", gemm_tree(4096, 4096, 4096, dt, True), "gemm", dt) for dt in ("int8", "float32")]
+    extra.append(("CONV-2-int8", conv_tree(128, 256, 28, "int8", G.BATCH), "conv", "int8"))
+    return G.workloads() + extra
+
+
 def small_tree(kind: str, dtype: str, tree, sched):
     """The workload cut to 2 x 2 CTAs of its knobs and three k-steps (convolutions: the same
     channels and filter, a few output rows)."""
-    if kind == "gemm":
-        s = lt.SymbolGenerator()
-        m, n, k = 2 * sched.bm, 2 * sched.bn, 3 * sched.bk(match(tree).mma)
-        A = lt.Tensor(np.zeros((m, k), G._np(dtype))).to(s.m, s.k)
-        B = lt.Tensor(np.zeros((n, k) if dtype in G.K_CONTIGUOUS_B else (k, n), G._np(dtype)))
-        B = B.to(s.n, s.k) if dtype in G.K_CONTIGUOUS_B else B.to(s.k, s.n)
-        return (A * B).sum(s.k).loop_tree.lower()
     con = match(tree)
+    if kind == "gemm":
+        return gemm_tree(2 * sched.bm, 2 * sched.bn, 3 * sched.bk(con.mma), dtype, con.b_kmajor)
     g = con.conv
     rows = max(1, -(-2 * sched.bm // g.w))           # output rows for about two CTAs of pixels
-    return G.conv_tree(g.c, min(con.n, 2 * sched.bn), rows + 2, batch=1)
+    return conv_tree(g.c, min(con.n, 2 * sched.bn), rows + 2, dtype, 1)
 
 
 def profile(name, kind, dtype, tree, sched):
@@ -80,14 +101,14 @@ def main():
     ap.add_argument("--search", action="store_true", help="the knobs the model's search picks instead")
     args = ap.parse_args()
     rows = []
-    for name, tree, kind, dtype in G.workloads():
+    for name, tree, kind, dtype in workloads():
         con = match(tree)
         sched = tune_gpu(tree, "sm_90", allow_tf32=True).best if args.search else default_schedule(con, "sm_90")
         row = profile(name, kind, dtype, tree, sched)
         rows.append(row)
         cells = [f"{op} {row[op + '_x_ideal']:.2f}x ({100 * row[op + '_share']:.0f}%)"
                  for op in ("cp.async", "ld.shared", "st.shared", "ldmatrix") if op + "_x_ideal" in row]
-        print(f"{name:<18} all {row['x_ideal']:.2f}x   " + "   ".join(cells) + f"\n{'':<18} {row['knobs']}", flush=True)
+        print(f"{name:<22} all {row['x_ideal']:.2f}x   " + "   ".join(cells) + f"\n{'':<22} {row['knobs']}", flush=True)
     if args.json:
         from loopstack.timing import write_records
         write_records(args.json, rows)
