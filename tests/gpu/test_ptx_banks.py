@@ -128,3 +128,18 @@ def test_a_k_major_b_is_transposed_without_bank_conflicts(dtype, sched):
     assert len(moves) == 2 and all(s.ratio == 1.0 for s in moves), bank_report(prof)
     want = ref()
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=0.1 * np.sqrt(k) if dtype != "int8" else 0)
+
+
+def test_the_bank_benchmark_profiles_a_cut_down_kernel():
+    """bench/ptx_banks.py on one small workload of each kind: numbers beside a name, at the ideal."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    import ptx_banks
+    from loopstack.backend.ptx.match import match
+    from loopstack.backend.ptx.model import default_schedule
+    for name, tree, kind, dtype in (("gemm", ptx_banks.gemm_tree(1024, 1024, 1024, "int8", True), "gemm", "int8"),
+                                    ("conv", ptx_banks.conv_tree(64, 64, 8, "float16", 2), "conv", "float16")):
+        row = ptx_banks.profile(name, kind, dtype, tree, default_schedule(match(tree), "sm_90"))
+        assert row["name"] == name and all(isinstance(v, float) for k, v in row.items() if k not in ("name", "knobs"))
+        assert row["x_ideal"] == 1.0 and row["ldmatrix_share"] > 0.3
