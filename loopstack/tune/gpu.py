@@ -84,7 +84,7 @@ def tune_gpu(tensor_or_tree, target: str = "sm_90", population: int = 12, genera
     if hasattr(tree, "lower"):
         tree = tree.lower()
     con = match(tree)
-    check_request(con, con.mma, allow_tf32, target)
+    check_request(con, allow_tf32, target)
     fixed = stated_knobs(con, con.mma)     # a tree's bound loops keep their knobs
 
     def pin(s: GpuSchedule) -> GpuSchedule:

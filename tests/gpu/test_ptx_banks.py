@@ -9,7 +9,7 @@ import pytest
 import loopstack as lt
 from loopstack.backend.ptx import GpuSchedule, GpuTarget
 from loopstack.isa.ptx import ptxas
-from loopstack.isa.ptx.builder import Addr, KernelBuilder
+from loopstack.isa.ptx.builder import Addr, KernelBuilder, Vec
 
 from gpu_programs import gemm
 
@@ -21,7 +21,7 @@ from loopstack.isa.ptx.sim import bank_report, launch  # noqa: E402
 from loopstack.isa.ptx.sim.banks import by_opcode  # noqa: E402
 
 
-def pattern_kernel(access: str, stride: int, threads: int = 32) -> str:
+def pattern_kernel(access: str, stride: int) -> str:
     """Thread t accesses shared memory at byte t * stride: `access` is "st.b32", "ld.v4" or
     "ldmatrix" (lanes 8j..8j+7 give the rows of matrix j)."""
     k = KernelBuilder("pattern", "sm_80")
@@ -34,9 +34,7 @@ def pattern_kernel(access: str, stride: int, threads: int = 32) -> str:
     if access == "st.b32":
         k.ins("st.shared.b32", Addr(addr), tid)
     elif access == "ld.v4":
-        regs = k.regs("b32", 4)
-        from loopstack.isa.ptx.builder import Vec
-        k.ins("ld.shared.v4.b32", Vec(tuple(regs)), Addr(addr))
+        k.ins("ld.shared.v4.b32", Vec(tuple(k.regs("b32", 4))), Addr(addr))
     else:
         k.ldmatrix(k.regs("b32", 4), Addr(addr))
     k.ins("ret")
@@ -44,7 +42,7 @@ def pattern_kernel(access: str, stride: int, threads: int = 32) -> str:
 
 
 def profile_of(access, stride, threads=32):
-    ptx = pattern_kernel(access, stride, threads)
+    ptx = pattern_kernel(access, stride)
     prof = {}
     launch(ptx, "pattern", block=(threads,), dynamic_shared_bytes=threads * max(stride, 16) + 16, bank_profile=prof)
     (stats,) = prof.values()

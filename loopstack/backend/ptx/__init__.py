@@ -65,7 +65,7 @@ def compile_ptx(tree, target: str = "sm_90", schedule=None, allow_tf32: bool = F
         raise UnsupportedError(f"GPU target {target!r}: one of {', '.join(TARGETS)}")
     con = match(tree)
     mma = con.mma
-    check_request(con, mma, allow_tf32, target)
+    check_request(con, allow_tf32, target)
     if binds(con):                  # the loops state the knobs; `schedule` completes them
         given = {} if schedule is None else schedule if isinstance(schedule, dict) else schedule.knobs()
         schedule_from(given)        # an unknown knob's name is refused as without bound loops

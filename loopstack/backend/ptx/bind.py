@@ -43,10 +43,10 @@ def binds(con) -> bool:
     return any(not lp.annotations.isdisjoint(GPU_BINDINGS) for lp in con.loops)
 
 
-def check_request(con, mma, allow_tf32: bool = False, target: str = "sm_90") -> None:
+def check_request(con, allow_tf32: bool = False, target: str = "sm_90") -> None:
     """A statement's `tensorize` request must name the mma form of its operands (or be "auto");
     an inexact form (tf32 for float32 operands) must be asked for, by name or `allow_tf32`."""
-    req = con.tensorize
+    req, mma = con.tensorize, con.mma
     want = f"mma.{mma.shape}.{mma.label}"
     if not mma.exact and not allow_tf32 and req != want:
         raise UnsupportedError(f"float32 operands: the tensor cores multiply them as TF32 (mantissas rounded to "

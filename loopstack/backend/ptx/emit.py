@@ -16,14 +16,13 @@ from __future__ import annotations
 from ...errors import UnsupportedError
 from ...isa.ptx.builder import Addr, KernelBuilder, Reg, Vec
 from ...looptree.ir import Acc, Binary, Const, Load, Unary
+from ..vmath import ERF_CLAMP, ERF_P, ERF_Q
 from .knobs import SMEM_PAD, GpuSchedule
 from .match import Contraction, bias_loads
 
 LOG2E = 1.4426950408889634
 GELU_C = 0.7978845608028654      # sqrt(2 / pi)
-ACTIVATIONS = {"exp": lambda em, x: em._exp(x), "sigmoid": lambda em, x: em._sigmoid(x),
-               "tanh": lambda em, x: em._tanh(x), "gelu": lambda em, x: em._gelu(x),
-               "erf": lambda em, x: em._erf(x)}
+ACTIVATIONS = ("exp", "sigmoid", "tanh", "gelu", "erf")      # GemmEmitter._<name>(x) computes each
 OUT_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int32": "s32", "int8": "s8", "uint8": "u8"}
 MAX_OFFSET = 2 ** 31 - 1      # byte offsets are computed in 32 bits
 # chunks of a tile a thread copies in straight-line code, their addresses set up once; past this
@@ -447,7 +446,7 @@ class GemmEmitter:
         if self.transposes_b:
             self._transpose_b(b_tile)
             k.bar_sync()              # every warp reads rows of the copy other warps wrote
-            b_tile, b_stride = self.op3("add.u32", self.smem, self.tt_offset), self.tt_stride
+            b_tile, b_stride = self.tt_base, self.tt_stride
         b_addr = self.op3("add.u32", b_tile, self.b_lane)
         kbytes = mma.k * self.es                    # bytes of one k-step in a row (32 for every form)
         for kk in range(s.CHUNK):
@@ -483,16 +482,16 @@ class GemmEmitter:
         by 4 bytes of n (4 bytes, or one float32): whether it exists, its offset in a stage's B
         tile and its address in the [n][k] copy (which blocks a warp takes: _transpose_block)."""
         self.tt_count = (self.bk // 4) * (self.bn * self.es // 4)
+        self.tt_base = self.op3("add.u32", self.smem, self.tt_offset)      # the [n][k] copy
         self.tt_blocks = self._setup_each(self.tt_count, self._block_addresses)
 
-    def _block_addresses(self, b, live, bound=None):
+    def _block_addresses(self, b, live, _bound):
         """(live, offset in a stage's B tile, address in the [n][k] copy) of transpose block b."""
         es = self.es
         kb, nb = self._transpose_block(b, self.bk // 4, self.bn * es // 4)
         src = self.mad(kb, 4 * self.tb.stride, self.op3("mul.lo.u32", nb, 4))     # row 4kb, byte 4nb
         # the block's 4 / es rows of n in the copy, from byte 4kb * es of k
-        dst = self.mad(nb, 4 // es * self.tt_stride, self.mad(kb, 4 * es, self.smem))
-        return live, src, self.op3("add.u32", dst, self.tt_offset)
+        return live, src, self.mad(nb, 4 // es * self.tt_stride, self.mad(kb, 4 * es, self.tt_base))
 
     def _transpose_block(self, b, kb4: int, nb4: int):
         """(k-block, n-block) of transpose block number b, so that a warp's reads and writes meet
@@ -749,7 +748,7 @@ class GemmEmitter:
         if isinstance(e, Unary):
             x = self._post(e.x, acc, loads)
             if e.op in ACTIVATIONS:
-                return ACTIVATIONS[e.op](self, x)
+                return getattr(self, f"_{e.op}")(x)
             r = k.reg(ct)
             if e.op == "relu":
                 k.ins(f"max.{ct}", r, x, 0.0 if ct == "f32" else 0)
@@ -789,11 +788,10 @@ class GemmEmitter:
     def _erf(self, x) -> Reg:
         """erf as the CPU's vector code computes it (vmath.py's coefficients, one table): x P(x^2) /
         Q(x^2) on x clamped to +-ERF_CLAMP, beyond which erf is 1 in float32; relative error 4e-7."""
-        from ..vmath import ERF_CLAMP, ERF_P, ERF_Q
         xc = self._f32("min.f32", self._f32("max.f32", x, -ERF_CLAMP), ERF_CLAMP)
         t = self._f32("mul.rn.f32", xc, xc)
 
-        def horner(coefficients):          # the first step multiplies two constants' worth: t c_n + c_n-1
+        def horner(coefficients):
             acc = coefficients[-1]
             for c in reversed(coefficients[:-1]):
                 acc = self._f32("fma.rn.f32", t, acc, c)
