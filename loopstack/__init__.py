@@ -33,11 +33,13 @@ def compile(tensor_or_tree, target=None):  # noqa: A001 - the natural name
     return tensor_or_tree.compile(target)
 
 
-def ui(tensor, path: str = "schedule.json"):
-    """The interactive scheduling TUI (paper §6.2) on `tensor`; returns it with the chosen schedule."""
+def ui(tensor, path: str = "schedule.json", target=None):
+    """The interactive scheduling TUI (paper §6.2) on `tensor`; returns it with the chosen schedule.
+    `target`: the host's CPU by default, or another ("neon": listed, not run), or a GPU's
+    ("sm_90", or GpuTarget.of("sm_90", allow_tf32=True)): timed where a GPU is, else predicted."""
     from tui import ui as _ui
 
-    return _ui(tensor, path=path)
+    return _ui(tensor, path=path, target=target)
 
 
 # The subpackage is imported before `tune` is defined: importing it later (any compile looks up

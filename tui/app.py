@@ -84,8 +84,10 @@ def _loop(stdscr, tree, name: str, path: str, colors: bool, target=None) -> Sess
             pass
         stdscr.refresh()
 
+    from loopstack.backend import is_gpu_target
+
     measurer = None if target is None else (lambda t, seconds: measure(t, seconds, target=target))
-    session = Session(tree, name=name, path=path, busy=busy, measurer=measurer)
+    session = Session(tree, name=name, path=path, busy=busy, measurer=measurer, in_steps=is_gpu_target(target))
     while not session.done:
         draw(stdscr, session, attrs)
         try:

@@ -19,17 +19,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-color", action="store_true", help="attributes only, no colours")
     parser.add_argument("--seed", type=int, default=0, help="seed of the workload's inputs")
     parser.add_argument("--target", default=None, help="avx2, avx512, neon (cross-compiled where the host "
-                                                       "cannot run it: listing only); default: the host's")
+                                                       "cannot run it: listing only), or a GPU's sm_80, sm_90 "
+                                                       "(timed where a GPU is, else the model's prediction); "
+                                                       "default: the host's")
+    parser.add_argument("--allow-tf32", action="store_true",
+                        help="a GPU target multiplies float32 operands as TF32 (10-bit mantissas, f32 sums)")
 
 
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     import loopstack as lt
+    from loopstack.backend import is_gpu_target
     from loopstack.workloads import get_workload
 
     from .app import run as run_tui
 
+    target = _target(args)
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise lt.UnsupportedError("the TUI needs a terminal on stdin and stdout")
     w = get_workload(args.workload)
@@ -44,22 +50,42 @@ def run(args: argparse.Namespace) -> int:
             raise lt.ArgumentError(f"cannot read {args.load}: {e.strerror or e}") from None
         tree = lt.apply_actions(tree, loaded.actions)
     colors = not args.no_color and "NO_COLOR" not in os.environ
-    session = run_tui(tree, name=w.name, path=path, colors=colors, target=args.target)
+    session = run_tui(tree, name=w.name, path=path, colors=colors, target=target)
     final = session.tree
     tensor.set(final)
     print(final)
     print("actions:", ", ".join(str(a) for a in final.actions) or "(none)")
     m = session.measurement
     if not m.error:
-        print(f"{w.name}: {m.gflops:.1f} GFLOPS, {m.of_peak:.1f}% of the {m.target} peak ({m.peak:.1f})")
+        print(f"{w.name}: {m.rate()}, {m.of_peak:.1f}% of the {m.target} peak ({m.peak / m.scale:.1f})")
     if args.save:
         with open(args.save, "w") as f:
             f.write(lt.serialize(final))
         print(f"schedule written to {args.save}")
     try:
-        got = tensor.numpy()
+        if is_gpu_target(target):
+            from .gpu import gpu_result
+            got, how = gpu_result(tensor, target)
+        else:
+            got, how = tensor.numpy(), ""
         err = float(np.max(np.abs(got - reference())))
-        print(f"checked against numpy: max abs error {err:.3g}")
+        print(f"checked against numpy{how}: max abs error {err:.3g}")
     except lt.LoopstackError as e:
         print(f"not checked against numpy: {e}")
     return 0
+
+
+def _target(args):
+    """--target as compile takes it: a name, or for sm_80 / sm_90 a GpuTarget with --allow-tf32."""
+    import loopstack as lt
+    from loopstack.backend import is_gpu_target
+
+    if not is_gpu_target(args.target):
+        if args.allow_tf32:
+            raise lt.ArgumentError("--allow-tf32 is for a GPU target (--target sm_80 or sm_90)")
+        return args.target
+    from loopstack.backend.ptx import TARGETS, GpuTarget
+
+    if args.target not in TARGETS:
+        raise lt.ArgumentError(f"--target {args.target}: the GPU targets are {', '.join(TARGETS)}")
+    return GpuTarget(args.target, allow_tf32=args.allow_tf32)

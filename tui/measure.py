@@ -34,6 +34,10 @@ class Measurement:
     buffers: tuple = ()          # lowered buffers: (name, shape, bytes, kind)
     asm: str = ""
     error: str = ""
+    unit: str = "GFLOPS"         # how the status panel shows gflops and peak (a GPU's: TFLOPS)
+    predicted: bool = False      # gflops is a cost model's prediction, not a timing (no GPU here)
+    listing: str = "assembly"    # what `asm` holds: "assembly", or a GPU kernel's "PTX"
+    details: tuple = ()          # more status-panel lines: a GPU kernel's knobs and resources
 
     @property
     def intensity(self) -> float:
@@ -43,6 +47,15 @@ class Measurement:
     @property
     def of_peak(self) -> float:
         return 100.0 * self.gflops / self.peak if self.peak else 0.0
+
+    @property
+    def scale(self) -> float:
+        """GFLOPS per displayed unit."""
+        return 1e3 if self.unit == "TFLOPS" else 1.0
+
+    def rate(self) -> str:
+        """'12.3 GFLOPS' (or TFLOPS), marked when it is a prediction."""
+        return f"{self.gflops / self.scale:.1f} {self.unit}" + (" (predicted)" if self.predicted else "")
 
 
 _PEAK: dict = {}
@@ -105,8 +118,27 @@ def _buffers(lowered) -> tuple:
     return tuple(out)
 
 
+def not_compiled(tree, e: Exception, base: dict) -> Measurement:
+    """The Measurement of a tree that did not compile: its error, and the counts the tree has."""
+    if not isinstance(e, LoopstackError):
+        e = f"internal error, please report: {type(e).__name__}: {e}"
+    try:
+        from loopstack.looptree import stats
+
+        low = tree.lower()
+        base.update(flops=stats.flops(low), bytes_moved=stats.bytes_moved(low), buffers=_buffers(low))
+    except (LoopstackError, ValueError, KeyError):
+        pass
+    return Measurement(error=f"compile: {e}", **base)
+
+
 def measure(tree, seconds: float = QUICK_S, target=None) -> Measurement:
     """Compile `tree` (a frontend LoopTree) and benchmark it for about `seconds`."""
+    from loopstack.backend import is_gpu_target
+
+    if is_gpu_target(target):
+        from .gpu import measure_gpu
+        return measure_gpu(tree, seconds, target)
     name, pk = peak(target)
     try:
         bw = bandwidth()
@@ -116,16 +148,7 @@ def measure(tree, seconds: float = QUICK_S, target=None) -> Measurement:
     try:
         kernel = tree.compile(target)
     except Exception as e:  # noqa: BLE001 - shown on the status line; the session must survive
-        if not isinstance(e, LoopstackError):
-            e = f"internal error, please report: {type(e).__name__}: {e}"
-        try:
-            from loopstack.looptree import stats
-
-            low = tree.lower()
-            base.update(flops=stats.flops(low), bytes_moved=stats.bytes_moved(low), buffers=_buffers(low))
-        except (LoopstackError, ValueError, KeyError):
-            pass
-        return Measurement(error=f"compile: {e}", **base)
+        return not_compiled(tree, e, base)
     base.update(flops=kernel.flops, bytes_moved=kernel.bytes_moved, compile_ms=kernel.compile_ms,
                 buffers=_buffers(getattr(kernel, "tree", None)))
     try:
@@ -144,33 +167,35 @@ def measure(tree, seconds: float = QUICK_S, target=None) -> Measurement:
 
 
 def innermost_asm(listing: str) -> list[str]:
-    """The lines of the innermost loop with the most instructions: from its `..._top:` label
-    to the branch back to it (`jne L_top`, or AArch64's `b.ne #0x<label's offset>`), with the
-    hex bytes dropped (offset and mnemonic kept)."""
+    """The lines of the innermost loop with the most instructions: from its label (`..._top:`,
+    or PTX's `$L...:`) to the branch back to it (`jne L_top`, AArch64's `b.ne #0x<label's
+    offset>`, PTX's `@%p bra.uni $L...;`), with the hex bytes dropped (offset and mnemonic kept).
+    A label no branch comes back to (PTX's forward skips) is not a loop."""
     lines = listing.splitlines()
-    best: list[str] = []
+    loops = []                                  # (label line, branch-back line)
     for i, line in enumerate(lines):
         s = line.strip()
-        if not (s.endswith(":") and "_top" in s and " " not in s):
+        if not (s.endswith(":") and " " not in s and ("_top" in s or s.startswith("$L"))):
             continue
         label = s[:-1]
-        top = lines[i + 1].split()[0].rstrip(":") if i + 1 < len(lines) else ""
-        body = []
+        top = lines[i + 1].split()[0].rstrip(":") if i + 1 < len(lines) and lines[i + 1].split() else ""
         for j in range(i + 1, len(lines)):
-            t = lines[j].strip()
-            if t.endswith(":") and "_top" in t:
-                body = None                 # an inner loop: not innermost
+            if _branches_back(lines[j].split(), label, top):
+                loops.append((i, j))
                 break
-            body.append(lines[j])
-            words = t.split()
-            if len(words) >= 2 and ((words[-1] == label and words[-2].startswith("j"))
-                                    or (words[-2].startswith("b.") and words[-1] == f"#0x{top}")):
-                break               # the branch back to the top
-        if body and len(body) > len(best):
-            best = [s] + [_short(x) for x in body]
-    if not best:
-        best = [_short(x) for x in lines]
-    return best
+    inner = [(i, j) for i, j in loops if not any(i < a and b <= j for a, b in loops)]
+    if not inner:
+        return [_short(x) for x in lines]
+    i, j = max(inner, key=lambda ij: ij[1] - ij[0])
+    return [lines[i].strip()] + [_short(x) for x in lines[i + 1:j + 1]]
+
+
+def _branches_back(words: list, label: str, top: str) -> bool:
+    if len(words) < 2:
+        return False
+    return ((words[-1] == label and words[-2].startswith("j"))
+            or (words[-2].startswith("b.") and words[-1] == f"#0x{top}")
+            or (words[-1] == label + ";" and words[-2].startswith("bra")))
 
 
 def _short(line: str) -> str:
@@ -179,4 +204,4 @@ def _short(line: str) -> str:
     parts = [p for p in parts if p.strip()]
     if len(parts) >= 3 and all(len(w) == 2 for w in parts[1].split()):
         return f"{parts[0].strip():>6} {'  '.join(p.strip() for p in parts[2:])}"
-    return line.rstrip()
+    return line.expandtabs(4).rstrip()

@@ -32,8 +32,9 @@ def _row(y: float, lo: float, hi: float, height: int) -> int:
 
 
 def roofline(intensity: float, gflops: float, peak: float, bandwidth: float,
-             width: int = 30, height: int = 5) -> list[str]:
-    """`height + 2` lines of at most `width` characters (axis labels included)."""
+             width: int = 30, height: int = 5, unit: str = "GF/s") -> list[str]:
+    """`height + 2` lines of at most `width` characters (axis labels included); `gflops`, `peak`
+    and `bandwidth` (GB/s) in the same thousands as `unit` ("TF/s": TFLOPS and TB/s)."""
     label_w = 7
     w = max(8, width - label_w)
     if peak <= 0 or bandwidth <= 0:
@@ -64,7 +65,7 @@ def roofline(intensity: float, gflops: float, peak: float, bandwidth: float,
         elif r == height - 1:
             lab = f"{lo:>5.2g}"
         else:
-            lab = "GF/s" if r == height // 2 else ""
+            lab = unit if r == height // 2 else ""
         lines.append(f"{lab:>5} |" + "".join(grid[r]))
     lines.append(" " * 6 + "+" + "-" * w)
     ticks = [" "] * (w + 7)

@@ -77,17 +77,22 @@ def status_lines(session: Session) -> list[tuple[str, str]]:
         (f"intensity   {m.intensity:.2f} flop/B", ""),
         (f"compile     {m.compile_ms:.1f} ms", ""),
     ]
+    peak = f"peak {m.target:<6} {m.peak / m.scale:.1f} {m.unit}"
     if m.error:
-        lines.append(("GFLOPS      -  (see status)", "error"))
-        lines.append((f"peak {m.target:<6} {m.peak:.1f} GFLOPS", ""))
+        lines.append((f"{m.unit:<11} -  (see status)", "error"))
+        lines.append((peak, ""))
         lines.append(("% of peak   -", ""))
     else:
         style = "good" if m.of_peak >= 80 else "warn" if m.of_peak >= 30 else "bad"
-        lines.append((f"GFLOPS      {m.gflops:.1f}", style))
-        lines.append((f"peak {m.target:<6} {m.peak:.1f} GFLOPS", ""))
+        lines.append((f"{m.unit:<11} {m.gflops / m.scale:.1f}" + ("  predicted" if m.predicted else ""), style))
+        lines.append((peak, ""))
         bar = round(min(m.of_peak, 100) / 10)
         lines.append((f"% of peak   {m.of_peak:4.1f}% [{'#' * bar}{'.' * (10 - bar)}]", style))
-    lines.append((f"bench       {m.seconds * 1e3:.0f} ms, {m.runs} runs", "dim"))
+    if m.predicted:
+        lines.append(("no GPU here: the model's figure", "dim"))
+    else:
+        lines.append((f"bench       {m.seconds * 1e3:.0f} ms, {m.runs} runs", "dim"))
+    lines += [(d, "warn" if "SPILLS" in d else "dim") for d in m.details]
     lines.append((cursor_line(session), "dim"))
     return lines
 
@@ -110,7 +115,7 @@ def pane_lines(session: Session, width: int) -> tuple[str, list[str]]:
     if session.pane == "asm":
         m = session.measurement
         body = innermost_asm(m.asm) if m.asm else [m.error or "(no code)"]
-        return "assembly: innermost loop (a closes)", body
+        return f"{m.listing}: innermost loop (a closes)", body
     if session.pane == "text":
         acts = [str(a) for a in session.tree.actions] or ["(no actions: the default schedule)"]
         return "schedule: actions from the default (t closes)", acts + [""] + str(session.tree).splitlines()
@@ -151,8 +156,9 @@ def layout(session: Session, rows: int, cols: int) -> list[list[tuple[int, str, 
         right = status_lines(session)
         if not pane:
             right.append(("", ""))
-            right += [(ln, "dim") for ln in roofline(m.intensity, 0 if m.error else m.gflops, m.peak,
-                                                     m.bandwidth, PANEL_W, 5)]
+            right += [(ln, "dim") for ln in roofline(m.intensity, 0 if m.error else m.gflops / m.scale,
+                                                     m.peak / m.scale, m.bandwidth / m.scale, PANEL_W, 5,
+                                                     unit=m.unit[0] + "F/s")]
         for i, (text, style) in enumerate(right[:top_h]):
             screen[body_top + i].append((x - 1, "|", "dim"))
             screen[body_top + i].append((x, text[:PANEL_W], style))

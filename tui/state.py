@@ -25,6 +25,7 @@ KEYS = (   # (keys, what they do): the `?` pane
     ("s", "split the loop (asks the factor); on a node: stage an input (copy)"),
     ("Backspace, m", "merge the loop into its parent; on a copy: delete it"),
     ("v  u  p", "toggle vectorize / unroll / parallel on the loop"),
+    ("g  G", "toggle block / warp on the loop (a GPU target: the grid's CTAs, a CTA's warps)"),
     ("r  R", "decrease / increase the node's reuse of shared loops"),
     ("x  X", "toggle tensorize on a sum of products: its dot-product instruction / tile blocks (AMX)"),
     ("z  y", "undo / redo"),
@@ -48,7 +49,10 @@ class Session:
     """One interactive tuning session over a frontend LoopTree."""
 
     def __init__(self, tree, name: str = "", measurer=None, path: str = "schedule.json",
-                 quick_s: float = QUICK_S, long_s: float = LONG_S, busy=None):
+                 quick_s: float = QUICK_S, long_s: float = LONG_S, busy=None, in_steps: bool = False):
+        # in_steps: a schedule is built in steps whose trees need not compile (a GPU schedule,
+        # one binding at a time): a change that does not compile is kept, its error shown
+        self.in_steps = in_steps
         self.initial = tree
         self.tree = tree
         self.name = name
@@ -97,7 +101,9 @@ class Session:
         self.tree, self.cursor = new, cursor
         self.say(label)
         self.remeasure()
-        if self.measurement.error.startswith("compile:") and not before.error.startswith("compile:"):
+        if self.in_steps and self.measurement.error:
+            self.say(f"{label}; {self.measurement.error}", error=True)
+        elif self.measurement.error.startswith("compile:") and not before.error.startswith("compile:"):
             # the primitives refuse what the backend cannot compile; should one slip through,
             # the session still never shows a schedule that fails only when compiled
             failed = self.measurement.error
@@ -307,6 +313,7 @@ class Session:
             "BACKSPACE": self.merge_or_delete, "m": self.merge_or_delete,
             "v": lambda: self.annotate("vectorize"), "u": lambda: self.annotate("unroll"),
             "p": lambda: self.annotate("parallel"),
+            "g": lambda: self.annotate("block"), "G": lambda: self.annotate("warp"),
             "r": lambda: self.reuse(False), "R": lambda: self.reuse(True),
             "x": self.tensorize, "X": lambda: self.tensorize("amx"),
             "z": self.undo, "y": self.redo, "b": self.long_bench,
@@ -329,8 +336,10 @@ class Session:
     def long_bench(self) -> None:
         self.remeasure(self.long_s)
         m = self.measurement
-        if not m.error:
-            self.say(f"benchmark: {m.runs} runs in {m.seconds:.2f} s, best {m.gflops:.1f} GFLOPS")
+        if m.predicted:
+            self.say(f"nothing to time: no GPU here; the model predicts {m.rate()}")
+        elif not m.error:
+            self.say(f"benchmark: {m.runs} runs in {m.seconds:.2f} s, best {m.rate()}")
 
     def toggle_pane(self, pane: str) -> None:
         self.pane = "" if self.pane == pane else pane

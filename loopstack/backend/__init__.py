@@ -25,7 +25,7 @@ def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural n
         from .interp import InterpKernel
 
         return InterpKernel(tree)
-    if _is_gpu_target(target):
+    if is_gpu_target(target):
         from .ptx import compile_gpu
 
         return compile_gpu(tree, target)
@@ -44,7 +44,7 @@ def compile(tree, target=None, unroll_limit=None):  # noqa: A001 - the natural n
             gc.enable()
 
 
-def _is_gpu_target(target) -> bool:
+def is_gpu_target(target) -> bool:
     """ptx.is_gpu_target without importing the GPU backend for a CPU compile (a GpuTarget object
     exists only once that module is loaded)."""
     if isinstance(target, str):

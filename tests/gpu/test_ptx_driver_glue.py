@@ -4,6 +4,7 @@ the kernel: parameter marshalling (void ** to CUdeviceptr slots), grid and block
 dynamic shared memory opt-in, host <-> device copies, device arrays and their interface."""
 import importlib.util
 import threading
+import time
 
 import cffi
 import numpy as np
@@ -146,6 +147,10 @@ def test_device_arrays_are_passed_without_copies_and_big_tiles_opt_in(fake_gpu):
     got = devs[-1].numpy()
     np.testing.assert_allclose(got.astype(np.float64), ref(), rtol=2e-2, atol=0.1)
     assert k.benchmark(*arrays, np.zeros((32, 40), np.float16), runs=2) == pytest.approx(k.flops / 0.5e-3 / 1e9)
+    before, t0 = len(fake_gpu.launches), time.perf_counter()
+    k.benchmark(*arrays, np.zeros((32, 40), np.float16), runs=1, warmup=0, min_seconds=0.2)
+    # launches until min_seconds have passed, as a CPU kernel's benchmark calls (timing.best_seconds)
+    assert time.perf_counter() - t0 >= 0.2 and len(fake_gpu.launches) - before >= 2
 
 
 def _fuzz_gpu():

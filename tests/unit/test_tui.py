@@ -334,6 +334,33 @@ def test_tui_program_on_matmul(tmp_path):
     assert str(tree).startswith("for n in 16 : L0\n for m in 256 : L1\n  for k in 256 : L2\n   for n' in 16 : L3")
 
 
+@needs_pty
+def test_tui_program_on_a_gpu_target():
+    """--target sm_90: the PTX kernel's knobs and registers, the model's figure where no GPU is
+    (a timing where one is), a binding kept while the schedule is incomplete, the PTX pane, and
+    on quit the kernel checked against numpy (in the interpreter, or on the GPU)."""
+    from loopstack.isa.ptx import driver
+
+    t = Terminal([sys.executable, "-m", "loopstack", "tui", "MM-64", "--target", "sm_90", "--allow-tf32"])
+    screen = t.wait_for(r"TFLOPS +\d+\.\d")
+    assert "loopstack tui  MM-64  sm_90" in screen and "mma   m16n8k8 tf32" in screen
+    assert re.search(r"warps \dx\d, tiles \dx\d", screen) and "TF/s" in screen
+    if not driver.available():
+        assert "predicted" in screen and "no GPU here: the model's figure" in screen
+    screen = t.send("g", until="error: ")
+    assert ">for m in 64 : L0 [block]" in screen and "no loop over n is bound to blocks" in screen
+    screen = t.send("z", until="undo: ")
+    assert re.search(r"^>for m in 64 : L0 +\|", screen, re.M) and "[block]" not in screen
+    screen = t.send("a", until="PTX: innermost loop")
+    assert "$L_k_" in screen and "cp.async" in screen
+    t.child.send("q")
+    assert t.finish() == 0
+    assert re.search(r"MM-64: \d+\.\d TFLOPS", t.raw)
+    assert "checked against numpy (" in t.raw and "max abs error" in t.raw
+    err = float(t.raw.split("max abs error", 1)[1].split()[0])
+    assert err < 0.5                      # TF32 products summed over k = 64 of standard normals
+
+
 UI_SCRIPT = """
 import numpy as np, loopstack as lt
 rng = np.random.default_rng(0)

@@ -76,13 +76,14 @@ class PtxKernel(KernelBase):
 
     def benchmark(self, *arrays, runs: int = 10, warmup: int = 1, min_seconds: float = 0.0) -> float:
         """GFLOPS of the best of `runs` launches, timed with CUDA events on device-resident copies
-        of the arguments (random ones when none are given)."""
+        of the arguments (random ones when none are given); short kernels are launched until
+        `min_seconds` have passed."""
         from ...isa.ptx import driver
         if not arrays:
             arrays = self.random_arguments()
         self.check_arguments(arrays)
         devs = [driver.DeviceArray.from_host(a) for a in arrays]
-        best = driver.time_launches(lambda: self.launch(*devs), runs, warmup)
+        best = driver.time_launches(lambda: self.launch(*devs), runs, warmup, min_seconds)
         self.last_seconds = best
         return self.flops / best / 1e9
 

@@ -204,8 +204,9 @@ def synchronize() -> None:
     d.check("cuCtxSynchronize", d.lib.cuCtxSynchronize())
 
 
-def time_launches(call, runs: int = 10, warmup: int = 1) -> float:
-    """Best seconds of `runs` calls of `call` (launches), each timed by a pair of CUDA events."""
+def time_launches(call, runs: int = 10, warmup: int = 1, min_seconds: float = 0.0) -> float:
+    """Best seconds of `runs` calls of `call` (launches), each timed by a pair of CUDA events;
+    with `min_seconds`, calls go on until that much time has passed (as `timing.best_seconds`)."""
     d = driver()
     ffi, lib = d.ffi, d.lib
     ev = ffi.new("CUevent[2]")
@@ -217,7 +218,9 @@ def time_launches(call, runs: int = 10, warmup: int = 1) -> float:
         synchronize()
         best = float("inf")
         ms = ffi.new("float *")
-        for _ in range(runs):
+        calls, start = 0, time.perf_counter()
+        while calls < max(1, runs) or time.perf_counter() - start < min_seconds:
+            calls += 1
             d.check("cuEventRecord", lib.cuEventRecord(ev[0], ffi.NULL))
             call()
             d.check("cuEventRecord", lib.cuEventRecord(ev[1], ffi.NULL))
