@@ -5,8 +5,9 @@ Workloads: GEMM 4096^3 in fp16, bf16 (f32 accumulate), float32 as tf32 (against 
 fp16, batch 32.  Per kernel: TFLOPS of
 loopstack and of torch (CUDA events, best of --runs, device-resident data), the ratio, the
 PTX generation time (compile_ms, wall; compile_cpu_ms, this process's CPU time), ptxas's time for the same PTX when ptxas is on the PATH
-(ptxas_ms, for reference) and the driver's JIT time (jit_ms); each result is checked
-against torch's.
+(ptxas_ms, for reference) with the registers and spill bytes it reports and the CTAs an SM holds
+with them (ctas_per_sm), and the driver's JIT time (jit_ms); each result is checked against
+torch's.
 
     python bench/gpu.py [--json FILE] [--runs N] [--search | --tune] [--compile-only]
 
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import loopstack as lt  # noqa: E402
 from loopstack.backend.ptx import compile_ptx  # noqa: E402
 from loopstack.backend.ptx.match import match  # noqa: E402
-from loopstack.backend.ptx.model import default_schedule  # noqa: E402
+from loopstack.backend.ptx.model import ctas_per_sm, default_schedule  # noqa: E402
 from loopstack.isa.ptx import driver, ptxas  # noqa: E402
 from loopstack.tune.gpu import predict_seconds, tune_gpu  # noqa: E402
 
@@ -93,6 +94,13 @@ def compile_times(tree, sched, target, rounds=5):
         cpu.append((time.process_time() - c0) * 1e3)
         wall.append(k.compile_ms)
     return k, statistics.median(wall), statistics.median(cpu)
+
+
+def resources(k, target) -> dict:
+    """ptxas's registers and spill bytes for the kernel, and the CTAs an SM holds with them."""
+    r = ptxas.resources(k.ptx, target)[k.entry]
+    return {"registers": r["registers"], "spill_bytes": r["spill_stores"] + r["spill_loads"],
+            "ctas_per_sm": ctas_per_sm(k.block[0], r["registers"], k.shared_bytes)}
 
 
 def _torch_case(name, kind, dtype, tree, torch):
@@ -164,6 +172,7 @@ def run(args):
             row["ptxas_ms"] = round(ptxas.assemble(k.ptx, target) * 1e3, 1)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             row["ptxas_cpu_ms"] = round((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1e3, 1)
+            row.update(resources(k, target))
         if gpu:
             devs, ref_fn, out = _torch_case(name, kind, dtype, tree, torch)
             k.function()
@@ -196,6 +205,7 @@ def _line(r) -> str:
     cells = [f"{r['name']:<18}", f"gen {r['compile_ms']:6.2f} ms (cpu {r['compile_cpu_ms']:5.2f})"]
     if "ptxas_ms" in r:
         cells.append(f"ptxas {r['ptxas_ms']:6.1f} ms (cpu {r['ptxas_cpu_ms']:5.1f})")
+        cells.append(f"{r['registers']:3d} regs, {r['spill_bytes']} B spilled, {r['ctas_per_sm']} CTA/SM")
     if "tflops" in r:
         cells += [f"jit {r['jit_ms']:6.1f} ms", f"{r['tflops']:7.1f} TFLOPS", f"torch {r['torch_tflops']:7.1f}",
                   f"{100 * r['ratio']:5.1f}%", f"err {r['max_rel_err']:.1e}"]

@@ -32,3 +32,5 @@ def test_the_records_are_numbers_beside_a_name(tmp_path, monkeypatch):
     for r in records:
         assert all(isinstance(v, (int, float)) for k, v in r.items() if k != "name")
         assert r["compile_ms"] > 0 and r["predicted_tflops"] > 0
+        if "ptxas_ms" in r:         # ptxas on the PATH: its registers, and the CTAs they leave an SM
+            assert 0 < r["registers"] <= 255 and r["spill_bytes"] == 0 and r["ctas_per_sm"] >= 1

@@ -1,8 +1,11 @@
 """The tensor-core knob search on the analytical GPU model (no GPU needed)."""
 import numpy as np
+import pytest
 
 from loopstack.backend.ptx import GpuSchedule, compile_ptx
 from loopstack.backend.ptx.match import match
+from loopstack.backend.ptx.model import PRESETS, ctas_per_sm, registers_per_thread
+from loopstack.isa.ptx import ptxas
 from loopstack.tune.gpu import diverse_half, predict_seconds, tune_gpu, valid
 
 from gpu_programs import conv, gemm
@@ -101,3 +104,25 @@ def test_float32_operands_are_tuned_as_tf32_only_when_asked():
     tf32 = match(C.loop_tree.lower())
     ratio = predict_seconds(tf32, r.best) / predict_seconds(f16, r.best)
     assert 1.4 < ratio < 2.6
+
+
+@pytest.mark.skipif(ptxas.ptxas_path() is None, reason="ptxas is not on the PATH: no register counts to hold the estimate to")
+def test_the_register_estimate_gives_the_occupancy_ptxas_counts_give():
+    """The model's registers per thread (which decide how many CTAs an SM holds) against ptxas -v
+    for every preset in every form: within 40 registers, and the same CTAs per SM."""
+    forms = {"f16": gemm(1024, 1024, 1024, "float16", None)[0],
+             "s8 [n, k]": gemm(1024, 1024, 1024, "int8", None, b_transposed=True)[0],
+             "tf32 [n, k]": gemm(1024, 1024, 1024, "float32", None, b_transposed=True)[0],
+             "conv f16": conv(4, 14, 64, 128, "float16", None)[0]}
+    kernels = []
+    for name, tensor in forms.items():
+        tree = tensor.loop_tree.lower()
+        for s in PRESETS:
+            kernels.append((name, s, compile_ptx(tree, "sm_90", s, allow_tf32=True)))
+    counts = ptxas.resources([k.ptx for _, _, k in kernels], "sm_90")
+    for i, (name, s, k) in enumerate(kernels):
+        real = counts[f"{k.entry}_{i}"]["registers"]
+        estimate = registers_per_thread(s, k.contraction.conv is not None)
+        assert abs(estimate - real) <= 40, (name, s, estimate, real)
+        assert ctas_per_sm(s.threads, estimate, k.shared_bytes) == ctas_per_sm(s.threads, real, k.shared_bytes), \
+            (name, s, estimate, real)

@@ -1,9 +1,9 @@
 """An analytical model of a GPU running these kernels: it ranks knobs without a GPU.
 
-Per kernel: CTAs per SM from shared memory, threads and registers; waves of CTAs over the
-SMs; per CTA the mma work at the SM's mma.sync rate, derated when a warp issues many
-ldmatrix per mma (small warp tiles), when few warps are resident, and when fewer than 2
-stages leave the copies exposed; the global traffic (each CTA reads BM x K of A and K x BN of
+Per kernel: CTAs per SM from shared memory, threads and registers; the CTAs of the busiest SM
+(ceil(CTAs / SMs)) one after another, each its mma work at the SM's mma.sync rate, derated
+when a warp issues many ldmatrix per mma (small warp tiles), when few warps are resident, and
+when fewer than 2 stages leave the copies exposed; the global traffic (each CTA reads BM x K of A and K x BN of
 B) against L2 and DRAM bandwidth; zero-filled tails count as work done.  It ranks knobs; it
 is not a simulator.  The tuner (`loopstack.tune.gpu`) searches with it, and `default_schedule`
 picks a compile's knobs from a few presets with it when none are given.
@@ -37,27 +37,38 @@ class GpuModel:
 H100 = GpuModel()
 
 
-def registers_per_thread(s: GpuSchedule) -> int:
-    """Accumulators, the A and B fragments of one k-step, and addressing (an estimate)."""
+def registers_per_thread(s: GpuSchedule, conv: bool = False) -> int:
+    """Accumulators, the A and B fragments of one k-step, the addresses of the 16-byte copies a
+    thread issues each k-step beyond four (ptxas keeps their global and shared addresses across
+    the loop, about 4 registers each; a k-step row is 32 * CHUNK bytes in every mma form), 24
+    for the rest, and 8 more for a convolution's pixel coordinates.  An estimate fitted to what ptxas reports: within 40 registers, and the same
+    CTAs per SM, for the presets in every form (tests/gpu/test_tune_gpu.py holds it to that)."""
     acc = 8 * s.WARP_ROW_TILES * s.WARP_COL_TILES
     frags = 4 * s.WARP_ROW_TILES + 4 * s.WARP_COL_TILES
-    return min(255, acc + frags + 40)
+    copies = -(-(s.bm + s.bn) * s.CHUNK * 2 // s.threads)
+    return min(255, acc + frags + 4 * max(0, copies - 4) + 24 + (8 if conv else 0))
+
+
+def ctas_per_sm(threads: int, regs_per_thread: int, smem: int, model: GpuModel = H100) -> int:
+    """CTAs resident on one SM, as shared memory, registers and threads allow."""
+    return min(model.smem_per_sm // max(smem, 1), model.regs_per_sm // (regs_per_thread * threads),
+               model.threads_per_sm // threads, model.max_ctas_per_sm)
 
 
 def predict_seconds(con: Contraction, s: GpuSchedule, model: GpuModel = H100) -> float:
     mma = con.mma
-    smem = s.shared_bytes(mma, con.b_kmajor)
-    regs = registers_per_thread(s) * s.threads
-    per_sm = min(model.smem_per_sm // max(smem, 1), model.regs_per_sm // regs,
-                 model.threads_per_sm // s.threads, model.max_ctas_per_sm)
+    per_sm = ctas_per_sm(s.threads, registers_per_thread(s, con.conv is not None), s.shared_bytes(mma, con.b_kmajor),
+                         model)
     if per_sm < 1:
         return math.inf
     tiles_m, tiles_n = -(-con.m // s.bm), -(-con.n // s.bn)
     bk = s.bk(mma)
     k_steps = -(-con.k // bk)
     ctas = tiles_m * tiles_n * con.batch
-    waves = -(-ctas // (model.sms * per_sm))
-    # one CTA's mma work at the SM rate it shares with the other resident CTAs
+    # the busiest SM's CTAs, one after another at its whole rate: resident CTAs share the rate,
+    # and a CTA that ends frees its slot for the next, so an SM runs ceil(ctas / SMs) of them
+    # however many are resident at once (which decides only how well latency is hidden)
+    per_busiest_sm = -(-ctas // model.sms)
     flops_cta = 2 * s.bm * s.bn * k_steps * bk
     rate = model.mma_flops_per_sm_cycle[mma.ab] * model.clock_ghz * 1e9
     # ldmatrix per mma: a warp tile of r x c 16x16 tiles loads r + c fragments for 2rc mmas
@@ -75,7 +86,7 @@ def predict_seconds(con: Contraction, s: GpuSchedule, model: GpuModel = H100) ->
     resident_warps = per_sm * s.warps
     latency = 1.0 if resident_warps >= 8 else 1.0 + (8 - resident_warps) / 8
     overlap = {1: 1.6, 2: 1.1, 3: 1.0, 4: 1.0}[s.stages]
-    compute = waves * per_sm * flops_cta / rate * issue * latency * overlap
+    compute = per_busiest_sm * flops_cta / rate * issue * latency * overlap
     # global traffic: every CTA reads its A rows and B columns once per k-step
     es = mma.ab_bytes
     traffic = ctas * k_steps * bk * (s.bm + s.bn) * es
