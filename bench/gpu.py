@@ -9,7 +9,7 @@ PTX generation time (compile_ms, wall; compile_cpu_ms, this process's CPU time),
 with them (ctas_per_sm), and the driver's JIT time (jit_ms); each result is checked against
 torch's.
 
-    python bench/gpu.py [--json FILE] [--runs N] [--search | --tune] [--compile-only]
+    python bench/gpu.py [--json FILE] [--runs N] [--search | --tune] [--compile-only] [--only NAME,...]
 
 Knobs: what `lt.compile(C, target="sm_90")` picks (the analytical model's best preset);
 with --search, the diversity-aware search on the model (no GPU time); with --tune, the same
@@ -20,7 +20,6 @@ and exits with a message where they are missing.
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import statistics
 import sys
@@ -36,6 +35,7 @@ from loopstack.backend.ptx import compile_ptx  # noqa: E402
 from loopstack.backend.ptx.match import match  # noqa: E402
 from loopstack.backend.ptx.model import ctas_per_sm, default_schedule  # noqa: E402
 from loopstack.isa.ptx import driver, ptxas  # noqa: E402
+from loopstack.timing import write_records  # noqa: E402
 from loopstack.tune.gpu import predict_seconds, tune_gpu  # noqa: E402
 
 CONVS = {"CONV-1": (64, 128, 56), "CONV-2": (128, 256, 28), "CONV-3": (256, 512, 14), "CONV-4": (512, 512, 7)}
@@ -72,8 +72,12 @@ def conv_tree(c: int, k: int, h: int, batch: int = BATCH):
     return (Xw * W.to(s.r, s.s, s.c, s.k)).sum(s.r, s.s, s.c).loop_tree.lower()
 
 
+GEMM_DTYPES = ("float16", "bfloat16", "float32", "int8")
+NAMES = [f"GEMM-4096-{dt}" for dt in GEMM_DTYPES] + list(CONVS)
+
+
 def workloads():
-    out = [(f"GEMM-4096-{dt}", gemm_tree(4096, dt), "gemm", dt) for dt in ("float16", "bfloat16", "float32", "int8")]
+    out = [(f"GEMM-4096-{dt}", gemm_tree(4096, dt), "gemm", dt) for dt in GEMM_DTYPES]
     out += [(name, conv_tree(*shape), "conv", "float16") for name, shape in CONVS.items()]
     return out
 
@@ -159,6 +163,8 @@ def run(args):
             sys.exit("bench/gpu.py: torch sees no CUDA device")
     rows = []
     for name, tree, kind, dtype in workloads():
+        if args.only and name not in args.only:
+            continue
         con = match(tree)
         sched = tune_gpu(tree, target, allow_tf32=True).best if args.search else default_schedule(con, target)
         if args.tune:
@@ -189,6 +195,8 @@ def run(args):
             row.update(tflops=round(ours, 1), torch_tflops=round(theirs, 1), ratio=round(ours / theirs, 3),
                        max_rel_err=err)
         rows.append(row)
+        if args.json:           # after every kernel: a run cut off by a time limit keeps what it measured
+            write_records(args.json, rows)
         print(_line(row) + f"\n{'':<20}knobs {' '.join(f'{n}={v}' for n, v in sched.knobs().items())}", flush=True)
     return rows
 
@@ -220,11 +228,16 @@ def main():
     ap.add_argument("--tune", action="store_true", help="search the knobs, timing candidates on the GPU")
     ap.add_argument("--search", action="store_true", help="the diversity-aware search on the model (no GPU time)")
     ap.add_argument("--compile-only", action="store_true", help="PTX generation only (any host)")
+    ap.add_argument("--only", type=lambda v: v.split(","), default=None, metavar="NAME,...",
+                    help="these workloads only (GEMM-4096-float16, ..., CONV-4)")
     args = ap.parse_args()
+    unknown = [n for n in args.only or () if n not in NAMES]
+    if unknown:
+        ap.error(f"--only: no workload {', '.join(unknown)} (there are {', '.join(NAMES)})")
     t0 = time.time()
     rows = run(args)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        write_records(args.json, rows)
     print(f"{len(rows)} kernels in {time.time() - t0:.1f} s")
 
 

@@ -6,12 +6,14 @@
 #   scripts/gpu-device.sh run      on the GPU host: install .whl/ into /tmp/site, then, each under its
 #                                  own time limit, the GPU tests (the driver tests run for real), the
 #                                  GPU fuzzer with its `device` target (every kernel on the GPU against
-#                                  numpy and the interpreter) and bench/gpu.py against cuBLAS / cuDNN,
-#                                  default knobs and the model's search; logs and JSON go to $OUT
+#                                  numpy and the interpreter) and bench/gpu.py against cuBLAS / cuDNN:
+#                                  default knobs, the model's search, and the search whose best
+#                                  candidates are timed on the GPU; logs and JSON go to $OUT
 #                                  (./gpu-out where OUT is unset)
 #
 # The limits add up to under nine minutes, so that one ten-minute call holds the whole run; a step
-# that runs out is cut off and the next one still runs. The GPU's image is expected to hold numpy,
+# that runs out is cut off and the next one still runs (bench/gpu.py writes its JSON after every
+# kernel, so a cut-off run keeps what it measured). The GPU's image is expected to hold numpy,
 # torch, pytest, hypothesis and ml_dtypes (bench/gpu.py's peer is torch).
 set -uo pipefail
 
@@ -46,11 +48,12 @@ run() {
     nvidia-smi -L 2>&1 | tee "$OUT/gpu.txt"
     "$PY" -c "from loopstack.isa.ptx import driver; d = driver.driver(); print('driver ok, compute capability',
         d.capability())" 2>&1 | tee -a "$OUT/gpu.txt"
-    step 150 tests "$PY" -m pytest -q -p no:cacheprovider tests/gpu
-    step 120 fuzz "$PY" bench/fuzz_gpu.py --n 400 --seed 1 --jobs "$(( $(nproc) > 12 ? 12 : $(nproc) ))" \
+    step 120 tests "$PY" -m pytest -q -p no:cacheprovider tests/gpu
+    step 100 fuzz "$PY" bench/fuzz_gpu.py --n 400 --seed 1 --jobs "$(( $(nproc) > 12 ? 12 : $(nproc) ))" \
         --targets host --quiet --json "$OUT/fuzz_gpu.json"
-    step 150 bench "$PY" bench/gpu.py --json "$OUT/gpu.json"
-    step 100 bench-search "$PY" bench/gpu.py --search --json "$OUT/gpu-search.json"
+    step 120 bench "$PY" bench/gpu.py --json "$OUT/gpu.json"
+    step 80 bench-search "$PY" bench/gpu.py --search --json "$OUT/gpu-search.json"
+    step 100 bench-tune "$PY" bench/gpu.py --tune --json "$OUT/gpu-tune.json"
 }
 
 case "${1:-}" in

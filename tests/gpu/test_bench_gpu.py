@@ -34,3 +34,18 @@ def test_the_records_are_numbers_beside_a_name(tmp_path, monkeypatch):
         assert r["compile_ms"] > 0 and r["predicted_tflops"] > 0
         if "ptxas_ms" in r:         # ptxas on the PATH: its registers, and the CTAs they leave an SM
             assert 0 < r["registers"] <= 255 and r["spill_bytes"] == 0 and r["ctas_per_sm"] >= 1
+
+
+def test_only_names_the_workloads_and_a_wrong_name_is_refused(tmp_path, monkeypatch, capsys):
+    sys.path.insert(0, str(BENCH.parent))
+    import gpu as bench
+    monkeypatch.setattr(bench, "workloads", lambda: bench.workloads_small())
+    monkeypatch.setattr(bench, "NAMES", [w[0] for w in bench.workloads_small()])
+    out = tmp_path / "gpu.json"
+    monkeypatch.setattr(sys, "argv", ["gpu.py", "--compile-only", "--only", "CONV-small", "--json", str(out)])
+    bench.main()
+    assert [r["name"] for r in json.loads(out.read_text())] == ["CONV-small"]
+    monkeypatch.setattr(sys, "argv", ["gpu.py", "--compile-only", "--only", "CONV-9"])
+    with pytest.raises(SystemExit):
+        bench.main()
+    assert "--only: no workload CONV-9 (there are GEMM-256-float16, CONV-small)" in capsys.readouterr().err
