@@ -13,7 +13,7 @@ from loopstack.backend.ptx import GpuTarget
 from loopstack.backend.ptx.model import H100, predict_seconds
 from loopstack.errors import LoopstackError
 
-from .measure import Measurement, _buffers, not_compiled
+from .measure import Measurement, buffers_of, not_compiled, reported
 
 
 def as_gpu_target(target) -> GpuTarget:
@@ -61,7 +61,7 @@ def measure_gpu(tree, seconds: float, target) -> Measurement:
         return not_compiled(tree, e, base)
     con = kernel.contraction
     base.update(flops=kernel.flops, bytes_moved=kernel.bytes_moved, compile_ms=kernel.compile_ms,
-                buffers=_buffers(kernel.tree), asm=kernel.ptx, peak=peak_gflops(con.mma.ab),
+                buffers=buffers_of(kernel.tree), asm=kernel.ptx, peak=peak_gflops(con.mma.ab),
                 details=(f"mma   {con.mma.shape} {con.mma.label}",) + knob_lines(kernel.schedule)
                 + resource_lines(kernel))
     if not driver.available():
@@ -70,9 +70,7 @@ def measure_gpu(tree, seconds: float, target) -> Measurement:
     try:
         gflops = kernel.benchmark(runs=3, min_seconds=seconds)
     except Exception as e:  # noqa: BLE001 - as measure(): reported, never a crash
-        if not isinstance(e, LoopstackError):
-            e = f"internal error, please report: {type(e).__name__}: {e}"
-        return Measurement(error=f"run: {e}", **base)
+        return Measurement(error=f"run: {reported(e)}", **base)
     return Measurement(gflops=gflops, runs=3, seconds=seconds, **base)
 
 

@@ -110,7 +110,8 @@ def bench(kernel, seconds: float = QUICK_S, max_runs: int = 100_000) -> tuple[fl
     return best, runs, time.perf_counter() - start
 
 
-def _buffers(lowered) -> tuple:
+def buffers_of(lowered) -> tuple:
+    """(name, shape, bytes, kind) of each buffer of a lowered tree."""
     out = []
     for b in getattr(lowered, "buffers", ()):
         size = int(np.prod(b.shape, dtype=np.int64)) * np.dtype(b.dtype).itemsize
@@ -118,15 +119,20 @@ def _buffers(lowered) -> tuple:
     return tuple(out)
 
 
+def reported(e: Exception):
+    """What the status line says of an exception: a LoopstackError as it is, anything else as
+    an internal error to report (the session survives both)."""
+    return e if isinstance(e, LoopstackError) else f"internal error, please report: {type(e).__name__}: {e}"
+
+
 def not_compiled(tree, e: Exception, base: dict) -> Measurement:
     """The Measurement of a tree that did not compile: its error, and the counts the tree has."""
-    if not isinstance(e, LoopstackError):
-        e = f"internal error, please report: {type(e).__name__}: {e}"
+    e = reported(e)
     try:
         from loopstack.looptree import stats
 
         low = tree.lower()
-        base.update(flops=stats.flops(low), bytes_moved=stats.bytes_moved(low), buffers=_buffers(low))
+        base.update(flops=stats.flops(low), bytes_moved=stats.bytes_moved(low), buffers=buffers_of(low))
     except (LoopstackError, ValueError, KeyError):
         pass
     return Measurement(error=f"compile: {e}", **base)
@@ -150,7 +156,7 @@ def measure(tree, seconds: float = QUICK_S, target=None) -> Measurement:
     except Exception as e:  # noqa: BLE001 - shown on the status line; the session must survive
         return not_compiled(tree, e, base)
     base.update(flops=kernel.flops, bytes_moved=kernel.bytes_moved, compile_ms=kernel.compile_ms,
-                buffers=_buffers(getattr(kernel, "tree", None)))
+                buffers=buffers_of(getattr(kernel, "tree", None)))
     try:
         asm = kernel.asm()
     except (NotImplementedError, LoopstackError) as e:
@@ -159,9 +165,7 @@ def measure(tree, seconds: float = QUICK_S, target=None) -> Measurement:
     try:
         best, runs, spent = bench(kernel, seconds)
     except Exception as e:  # noqa: BLE001 - as above: reported, never a crash
-        if not isinstance(e, LoopstackError):
-            e = f"internal error, please report: {type(e).__name__}: {e}"
-        return Measurement(error=f"run: {e}", **base)
+        return Measurement(error=f"run: {reported(e)}", **base)
     gf = kernel.flops / best / 1e9 if best > 0 else 0.0
     return Measurement(gflops=gf, runs=runs, seconds=spent, **base)
 
