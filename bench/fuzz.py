@@ -5,12 +5,12 @@
 
 A case is a random program (element-wise chains, reductions, matmuls with bias and
 activations, convolutions with stride/dilation/padding written as index views, pooling,
-concatenations, softmax, mixes of these) and a random sequence of schedule mutations, each
-either applied or refused with a ScheduleError.  The tree that results is compiled for the
-interpreter and for every x86 target this CPU runs, each kernel is compared with numpy, and
-each x86 kernel runs twice more on arrays that end against (and start right after) a
-PROT_NONE guard page, so that an out-of-bounds read or write faults instead of touching a
-neighbour.
+concatenations, softmax, conversions (astype), mixes of these) and a random sequence of
+schedule mutations, each either applied or refused with a ScheduleError.  The tree that
+results is compiled for the interpreter and for every x86 target this CPU runs, each kernel is
+compared with numpy, and each x86 kernel runs twice more on arrays that end against (and
+start right after) a PROT_NONE guard page, so that an out-of-bounds read or write faults
+instead of touching a neighbour.
 
 Each case runs in a forked child, so a fault is a `crash` and a kernel that never returns a
 `hang` (killed after --timeout); neither stops the run.  The summary line counts:
@@ -289,13 +289,42 @@ def einstein(G: Gen):
     return lt.einsum("mk,kn->nm", A, B), (a @ b).T
 
 
+def cast(G: Gen):
+    """astype, as numpy converts: a float16 matmul's float32 sums, float32 values rounded to
+    float16 inside a chain, 8-bit integers to float (scaled), an int8 matmul's int32 sums as
+    float32."""
+    s = lt.SymbolGenerator()
+    m, n, k = G.size(), G.size(), G.size()
+    pick = G.r.randrange(4)
+    if pick == 0:
+        a, b = G.array(m, k).astype(np.float16), G.array(k, n).astype(np.float16)
+        T = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k).astype("float32")
+        return T, a.astype(np.float32) @ b.astype(np.float32)
+    if pick == 1:
+        x = G.array(m, n)
+        T = lt.nn.relu(lt.Tensor(x).to(s.m, s.n).astype("float16") * 2.0 + 0.5)
+        return T, np.maximum(x.astype(np.float16).astype(np.float32) * 2.0 + 0.5, 0)
+    dt = G.r.choice(["int8", "uint8"])
+    q = G.np.integers(-128 if dt == "int8" else 0, 128 if dt == "int8" else 256, (m, k)).astype(dt)
+    if pick == 2:
+        T = lt.Tensor(q).to(s.m, s.k).astype("float32") * 0.25
+        return T, q.astype(np.float32) * 0.25
+    w = G.np.integers(-128, 128, (k, n)).astype(np.int8)
+    T = (lt.Tensor(q).to(s.m, s.k) * lt.Tensor(w).to(s.k, s.n)).sum(s.k).astype("float32")
+    return T, (q.astype(np.int64) @ w.astype(np.int64)).astype(np.float32)
+
+
 def half(G: Gen):
-    """float16 storage: an element-wise chain or a matmul on half-precision arrays."""
+    """float16 storage: an element-wise chain or a matmul on half-precision arrays; or a
+    conversion (`cast`)."""
     s = lt.SymbolGenerator()
     m, n = G.size(), G.size()
     x, y = G.array(m, n).astype(np.float16), G.array(n).astype(np.float16)
     X, Y = lt.Tensor(x).to(s.i, s.j), lt.Tensor(y).to(s.j)
-    if G.r.random() < 0.5:
+    draw = G.r.random()
+    if draw >= 0.7:
+        return cast(G)
+    if draw < 0.35:
         w = G.array(n, G.size()).astype(np.float16)
         T = (X * lt.Tensor(w).to(s.j, s.o)).sum(s.j)
         R = x.astype(np.float32) @ w.astype(np.float32)

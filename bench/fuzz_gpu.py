@@ -4,8 +4,9 @@ each kernel assembled by ptxas and run in the SIMT reference interpreter against
     python bench/fuzz_gpu.py --n 2000 --seed 0 [--jobs 2] [--targets sm_80,sm_90,device] [--json FILE]
     python bench/fuzz_gpu.py --case 17 --seed 0      # one case, in this process, verbosely
 
-A case is a GEMM (B [k, n] or [n, k]; bias, relu, scale, sigmoid / tanh / gelu / erf / abs), a batched GEMM (B per batch or
-shared), an NHWC convolution (1x1 or 3x3, stride 1 or 2, padded or not, batch 1 or 2) or an
+A case is a GEMM (B [k, n] or [n, k]; bias, relu, scale, sigmoid / tanh / gelu / erf / abs; its
+result cast to another type, f16 / bf16 / int8 sums as float32, tf32 ones as f16 or bf16), a
+batched GEMM (B per batch or shared), an NHWC convolution (1x1 or 3x3, stride 1 or 2, padded or not, batch 1 or 2) or an
 8-bit GEMM requantized to int8/uint8, in f16, bf16, float32 (as tf32) or 8-bit integers (int8
 or uint8 on either side; the batched GEMMs one type for both) with sizes drawn to straddle the
 tiles (a multiple of 16 or 32, one more, one less, or anything up to 160).  Its schedule is
@@ -124,6 +125,10 @@ def build_case(seed: int, index: int, targets):
         if family == "bound-gemm":
             P.bound(prog, sched, mk, m, n, k)
             mode = "bound"
+        elif rnd.random() < 0.25:       # the result in another dtype (astype): the store converts
+            cast = rnd.choice(("float16", "bfloat16")) if dtype == "float32" else "float32"
+            prog = prog.astype(cast)
+            what += f" as {cast}"
     elif family == "batched":
         b, m, n, k = rnd.randint(1, 3), _size(rnd, 64), _size(rnd, 64), _size(rnd, 96)
         shared, bt, bias = rnd.random() < 0.4, rnd.random() < 0.4, rnd.random() < 0.5

@@ -202,6 +202,27 @@ def _common_dtype(dts, what):
     return dts[0]
 
 
+def _check_cast(src, dst) -> None:
+    if src is not None and DTYPES[src].is_float and not DTYPES[dst].is_float:
+        raise DTypeError(f"astype: {src} to {dst} is not supported: a float to integer conversion needs a "
+                         "rounding and saturation rule (quantize in numpy, or compute in integers)")
+
+
+def _exact_integer_products(nodes) -> None:
+    """An integer sum's terms are int32, as the sum is: a product of 8- or 16-bit integers that
+    only an int32 sum reads is an int32 node, so that a schedule that stores it (a node of its
+    own, not fused into the sum) keeps it exact, as the fused product is."""
+    readers: dict[int, list] = {}
+    for n in nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n)
+    for k, n in enumerate(nodes):
+        users = readers.get(n.id, [])
+        if (n.op == "binary" and n.dtype in ("int8", "uint8", "int16") and len(users) == 1
+                and users[0].op == "reduce" and users[0].dtype == "int32"):
+            nodes[k] = GNode(**{**n.__dict__, "dtype": "int32"})
+
+
 def canonicalize(out, sizes, dsl=None) -> tuple[Graph, list]:
     """DSL node -> (Graph, [DSL read nodes in input order]); `dsl`: toposort(out), if the
     caller has it.
@@ -257,6 +278,13 @@ def canonicalize(out, sizes, dsl=None) -> tuple[Graph, list]:
             else:
                 ids[id(n)] = emit(op="view", inputs=(src.id,), vars=vs, dtype=src.dtype,
                                   view=tuple(exprs), pad=n.pad)
+        elif n.op == "cast":
+            src = nodes[ids[id(n.inputs[0])]]
+            _check_cast(src.dtype, n.dtype)
+            if src.dtype in (None, n.dtype) or n is out and DTYPES[src.dtype].compute == DTYPES[n.dtype].compute:
+                ids[id(n)] = src.id         # the result's cast is the write's conversion (below)
+            else:
+                ids[id(n)] = emit(op="copy", fn="cast", inputs=(src.id,), vars=vs, dtype=n.dtype)
         else:
             ins = tuple(ids[id(i)] for i in n.inputs)
             dt = _common_dtype([nodes[i].dtype for i in ins], f"{n.fn or n.op}")
@@ -267,11 +295,12 @@ def canonicalize(out, sizes, dsl=None) -> tuple[Graph, list]:
             ids[id(n)] = emit(op=n.op, fn=n.fn, inputs=ins, vars=vs, dtype=dt,
                               flat=tuple(names[s] for s in n.flat))
     res = nodes[ids[id(out)]]
-    if res.op not in ("unary", "binary", "reduce", "flatten") or res.dtype is None:
+    if res.op not in ("unary", "binary", "reduce", "flatten") and res.fn != "cast" or res.dtype is None:
         if res.op == "const":
             raise DTypeError("a program must read at least one tensor (this one is a constant)")
         res = nodes[emit(op="copy", fn="copy", inputs=(res.id,), vars=res.vars, dtype=res.dtype)]
-    emit(op="write", inputs=(res.id,), vars=res.vars, dtype=res.dtype)
+    emit(op="write", inputs=(res.id,), vars=res.vars, dtype=out.dtype if out.op == "cast" else res.dtype)
+    _exact_integer_products(nodes)
     # drop nodes the output does not use (reads folded into renamed reads), renumber
     live, stack = set(), [nodes[-1].id]
     while stack:

@@ -263,7 +263,8 @@ def size_buffers(ctx: Ctx):
         buffers.append(Buffer(name, n.dtype, tuple(shape), "temp"))
         rename[b] = (name, layout, offs)
     on = g.node(out_id)
-    buffers.append(Buffer("out", on.dtype, tuple(g.size(v) for v in on.vars), "output"))
+    # the write's dtype, which a result's astype sets (the result is computed into `out`)
+    buffers.append(Buffer("out", g.output.dtype, tuple(g.size(v) for v in on.vars), "output"))
     return tuple(buffers), rename
 
 

@@ -291,8 +291,9 @@ def delete_copy(tree: LoopTree, ref: int) -> LoopTree:
     it = tree.leaf(ref)
     g = tree.graph
     n = g.node(it.node)
-    if n.op != "copy" or any(g.node(c).op == "write" for c in g.consumers(n.id)):
-        raise ScheduleError(f"delete_copy L{ref}: %{n.id} is not a staging copy")
+    if n.op != "copy" or n.fn != "copy" or any(g.node(c).op == "write" for c in g.consumers(n.id)):
+        what = "an astype's conversion" if n.fn == "cast" else "not a staging copy"
+        raise ScheduleError(f"delete_copy L{ref}: %{n.id} is {what}")
     src = n.inputs[0]
     nodes = [replace(x, inputs=tuple(src if i == n.id else i for i in x.inputs))
              for x in g.nodes if x.id != n.id]

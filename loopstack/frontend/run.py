@@ -112,9 +112,9 @@ def apply_schedule(t, tree: LoopTree) -> None:
 
 
 def _strip_copies(g):
-    """A graph without staging copies (what scheduling does not change)."""
+    """A graph without staging copies (what scheduling does not change; a cast is no staging)."""
     return tuple((n.op, n.fn, n.vars, n.view, n.pad, n.value, n.arg, n.flat, n.dtype)
-                 for n in g.nodes if n.op != "copy" or not n.inputs) + (g.sizes,)
+                 for n in g.nodes if n.op != "copy" or n.fn != "copy") + (g.sizes,)
 
 
 def default_target():

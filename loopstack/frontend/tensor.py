@@ -20,7 +20,7 @@ BINARY = ("add", "sub", "mul", "div", "max", "min")
 
 
 class Node:
-    """One DSL node. op: read, const, view, unary, binary, reduce, flatten."""
+    """One DSL node. op: read, const, view, unary, binary, reduce, flatten, cast."""
 
     __slots__ = ("op", "fn", "inputs", "vars", "view", "pad", "value", "data", "dtype",
                  "known", "linear", "products", "flat", "constant", "__weakref__")
@@ -379,6 +379,19 @@ class Tensor:
         if len(args) != 1:
             raise ShapeError(f"min: one tensor or number, or dimensions to reduce; got {args!r}")
         return self._binary("min", args[0])
+
+    def astype(self, dtype) -> "Tensor":
+        """These values in `dtype`, converted as numpy's astype converts them: to a float type
+        rounded to nearest even, from an integer type exactly or rounded, between integer types
+        wrapped.  Float to integer is refused (it needs a rounding and saturation rule).
+
+        On a program's result the cast is its store's conversion: the result is computed as
+        before (float16 and bfloat16 are storage, computed in float32) and written in `dtype`.
+        So a float16 GEMM's sums, accumulated in float32, come out as float32 with
+        `(A * B).sum(k).astype("float32")` without passing through float16, on the CPU and on
+        the GPU's tensor cores alike.  Inside a program the converted values are a buffer of
+        their own (a `cast` node).  A target that cannot convert says so when compiled."""
+        return Tensor._wrap(Node("cast", "cast", (self._node,), self._node.vars, dtype=_dtype(dtype).name))
 
     def exp(self): return self._unary("exp")
     def log(self): return self._unary("log")

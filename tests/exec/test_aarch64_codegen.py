@@ -310,3 +310,41 @@ def test_a_requantized_float_quotient_on_neon(dtype):
     np.testing.assert_array_equal(y, np.clip(np.rint(x / s) + 7, info.min, info.max).astype(dtype))
     with pytest.raises(UnsupportedError, match="tail"):
         compile(quantize_tree(dtype, (3, 37), np.float32(0.02), 7, None)[0], target="neon")
+
+
+@pytest.mark.aarch64
+@pytest.mark.parametrize("src, dst", [("float16", "float32"), ("float32", "float16"), ("int8", "float32"),
+                                      ("int8", "float16")])
+def test_neon_stores_a_result_in_the_dtype_astype_names(src, dst):
+    """`.astype` on a GEMM's result: float16 operands' float32 sums stored as float32 (never
+    rounded to float16), float32 sums stored as float16, int8 products summed exactly in int32
+    and then converted (scvtf: as numpy's astype, rounded)."""
+    import loopstack as lt
+
+    rng = np.random.default_rng(2)
+    if src == "int8":
+        a, b = rng.integers(-128, 128, (24, 40)).astype(src), rng.integers(-128, 128, (40, 20)).astype(src)
+    else:
+        a, b = rng.standard_normal((24, 40)).astype(src), rng.standard_normal((40, 20)).astype(src)
+    s = lt.SymbolGenerator()
+    kernel = lt.compile((lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k).astype(dst), target="neon")
+    out = np.zeros((24, 20), dst)
+    run_kernel(kernel, [a, b, out])
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    if src == "int8":
+        np.testing.assert_array_equal(out, exact.astype(np.int32).astype(np.float32).astype(dst))
+    else:
+        want = exact.astype(np.float32).astype(dst).astype(np.float64)
+        np.testing.assert_allclose(out.astype(np.float64), want, rtol=1e-3 if dst == "float16" else 1e-6, atol=1e-5)
+
+
+def test_a_conversion_aarch64_does_not_make_is_refused_by_name():
+    import loopstack as lt
+
+    s = lt.SymbolGenerator()
+    bytes_ = lt.Tensor(np.ones((8, 8), np.int8)).to(s.m, s.n)
+    with pytest.raises(UnsupportedError, match="converts int32 reads into a float32 statement, not int8"):
+        lt.compile(bytes_.astype("float32"), target="neon")
+    halves = lt.Tensor(np.ones((8, 8), np.float16)).to(s.m, s.n)
+    with pytest.raises(UnsupportedError, match="neon_fp16 computes in float16 .* buffer %out is float32"):
+        lt.compile(halves.exp().astype("float32"), target="neon_fp16")

@@ -1,7 +1,7 @@
 """Float statements that read integers (a uint8 image scaled to float, an int32 accumulator
 dequantized): every integer dtype is converted as numpy's astype(float32) does, natively on every
-x86 target this CPU runs and in the interpreter (AArch64 refuses them, naming the read); an
-integer statement reading a float is refused."""
+x86 target this CPU runs and in the interpreter; AArch64 converts int32 (scvtf) and refuses the
+narrower ones, naming the read; an integer statement reading a float is refused."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -83,8 +83,29 @@ def test_an_integer_statement_reading_a_float_is_refused():
         verify(tree)
 
 
-@pytest.mark.parametrize("dtype", ["uint8", "int8", "int32"])
-def test_aarch64_refuses_integer_reads_in_float_statements(dtype):
-    """No conversion there yet: a clear error, not float bits of integers."""
-    with pytest.raises(UnsupportedError, match=f"does not convert {dtype} reads into a float statement"):
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_aarch64_refuses_narrow_integer_reads_in_float_statements(dtype):
+    """8-bit integers are not widened there: a clear error, not float bits of integers."""
+    with pytest.raises(UnsupportedError, match=f"converts int32 reads into a float32 statement, not {dtype}"):
         compile(scaled_tree(dtype, 2, 9, "elementwise"), target="neon")
+
+
+@pytest.mark.aarch64
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 5), n=st.integers(1, 40), form=st.sampled_from(["elementwise", "transposed", "sum"]),
+       seed=st.integers(0, 2**31))
+def test_aarch64_converts_int32_reads_like_numpy(m, n, form, seed):
+    from a64_run import run_kernel
+
+    rng = np.random.default_rng(seed)
+    tree = scaled_tree("int32", m, n, form)
+    a = ints(rng, "int32", tree.buffer("A").shape)
+    a.flat[:2] = [np.iinfo(np.int32).min, np.iinfo(np.int32).max][:a.size]      # beyond 2**24: rounded
+    s = rng.standard_normal(n).astype(np.float32)
+    y = np.zeros(tree.buffer("Y").shape, np.float32)
+    run_kernel(compile(tree, target="neon"), [a, s, y])
+    ref = want(a, s, form)
+    if form == "sum":
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6 * np.abs(a.astype(np.float64)).max() * n)
+    else:
+        np.testing.assert_array_equal(y, ref)

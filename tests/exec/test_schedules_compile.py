@@ -147,3 +147,20 @@ def test_an_intermediate_is_not_shrunk_inside_a_loop_over_another_variable():
         out = np.zeros(shape, dt)
         kernel(*[r.data for r in reads], out)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_stored_int8_products_stay_exact():
+    """Fuzz case 973 at seed 7: an int8 matmul cast to float32 whose products a schedule stores in
+    a buffer of their own (not fused into the sum). An int8 node, the products wrapped to 8 bits
+    before the int32 sum (max error 57088); a product only an int32 sum reads is int32."""
+    from loopstack.frontend import run as _run
+
+    name, T, ref, tree, _ = fuzz.build_case(7, 973)
+    T.set(tree)
+    for target in ("interp", default_target()):
+        kernel, reads, (shape, dt) = _run.compiled(T, target)
+        products = [b for b in kernel.tree.buffers if b.kind == "temp" and len(b.shape) == 3]
+        assert [b.dtype for b in products] == ["int32"], kernel.tree.buffers
+        out = np.zeros(shape, dt)
+        kernel(*[r.data for r in reads], out)
+        np.testing.assert_array_equal(out, ref)

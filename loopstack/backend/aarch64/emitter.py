@@ -148,10 +148,13 @@ class A64Emitter(Emitter):
 
     def load_into(self, reg: int, m, kind: str, shape: Shape, dtype: str) -> None:
         if dtype in integer.INT_DTYPES:
-            if not self.int:        # its int32 lanes would be read as float bits
-                raise UnsupportedError(f"the AArch64 backend does not convert {dtype} reads into a float statement"
-                                       " (x86 does; here, convert the integers in a statement of their own)")
+            if not self.int and (dtype != "int32" or self.fp16):    # int32 lanes read as float bits
+                what = f"{dtype} into float16" if self.fp16 else dtype
+                raise UnsupportedError(f"the AArch64 backend converts int32 reads into a float32 statement, not {what} "
+                                       "(convert the integers to int32 or to float32 in a statement of their own)")
             integer.load_into(self, reg, m, kind, shape, dtype)
+            if not self.int:        # an int32 read by a float statement: as numpy's astype, rounded
+                self.asm.emit("scvtf", V(self.phys[reg]).s4, V(self.phys[reg]).s4)
             return
         a = self.asm
         v = V(self.phys[reg])

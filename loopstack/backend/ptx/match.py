@@ -153,9 +153,13 @@ def _contraction(tree: LoopTree, bufs) -> tuple[tuple[Loop, ...], Compute]:
     `X[g]`)."""
     stmts = list(tree.computes())
     copies = {s.out.buffer: s for _, s in stmts if _is_copy(s, bufs)}
-    rest = [(loops, s) for loops, s in stmts if s.out.buffer not in copies]
+    rest = _fold_conversion([(loops, s) for loops, s in stmts if s.out.buffer not in copies], bufs)
     if len(rest) != 1:
-        _no(f"has {len(rest)} statements besides staged copies (one contraction expected)")
+        converts = any(isinstance(s.expr, Load) and bufs[s.out.buffer].dtype != bufs[s.expr.access.buffer].dtype
+                       for _, s in rest)
+        _no(f"has {len(rest)} statements besides staged copies (one contraction expected)"
+            + ("; an astype inside the program converts into a buffer of its own: give the operands in "
+               "their dtype, or cast the result (.sum(k).astype(...))" if converts else ""))
     loops, st = rest[0]
     if not copies:
         return loops, st
@@ -178,10 +182,27 @@ def _contraction(tree: LoopTree, bufs) -> tuple[tuple[Loop, ...], Compute]:
     return loops, replace(st, expr=through(st.expr), init=init, post=post, requant=rq)
 
 
+def _fold_conversion(rest, bufs):
+    """[contraction into T, out = T converted] -> [contraction into out]: an integer contraction's
+    result cast to a float type (`.astype` on the result) is computed in int32 and then converted
+    (frontend/graph.py), which the kernel does on its store of the s32 accumulators."""
+    if len(rest) != 2:
+        return rest
+    for (loops, st), (_, conv) in (rest, rest[::-1]):
+        t = st.out.buffer
+        if (conv.is_copy and conv.requant is None and conv.expr.access.buffer == t
+                and bufs[t].kind == "temp" and bufs[conv.out.buffer].kind == "output"
+                and conv.expr.access.index == st.out.index):      # each element as it was summed
+            # (T may be scoped to loops the two share, a row of out: T[m - @L0, n] -> out[m, n])
+            return [(loops, replace(st, out=conv.out))]
+    return rest
+
+
 def _is_copy(s: Compute, bufs) -> bool:
-    """A staged copy (copy_input): a temporary assigned a load, nothing else."""
+    """A staged copy (copy_input): a temporary assigned a load of its own dtype, nothing else (a
+    conversion, astype's, is an operand of its own)."""
     return (s.reduce is None and isinstance(s.expr, Load) and s.post is None and s.requant is None
-            and bufs[s.out.buffer].kind == "temp")
+            and bufs[s.out.buffer].kind == "temp" and bufs[s.out.buffer].dtype == bufs[s.expr.access.buffer].dtype)
 
 
 def _row_major(shape):
