@@ -291,8 +291,8 @@ def einstein(G: Gen):
 
 def cast(G: Gen):
     """astype, as numpy converts: a float16 matmul's float32 sums, float32 values rounded to
-    float16 inside a chain, 8-bit integers to float (scaled), an int8 matmul's int32 sums as
-    float32."""
+    float16 inside a chain, 8-bit integers to float (scaled), an int8 matmul's int32 sums (plus
+    an int32 bias, relu) as float32."""
     s = lt.SymbolGenerator()
     m, n, k = G.size(), G.size(), G.size()
     pick = G.r.randrange(4)
@@ -310,8 +310,12 @@ def cast(G: Gen):
         T = lt.Tensor(q).to(s.m, s.k).astype("float32") * 0.25
         return T, q.astype(np.float32) * 0.25
     w = G.np.integers(-128, 128, (k, n)).astype(np.int8)
-    T = (lt.Tensor(q).to(s.m, s.k) * lt.Tensor(w).to(s.k, s.n)).sum(s.k).astype("float32")
-    return T, (q.astype(np.int64) @ w.astype(np.int64)).astype(np.float32)
+    T = (lt.Tensor(q).to(s.m, s.k) * lt.Tensor(w).to(s.k, s.n)).sum(s.k)
+    R = q.astype(np.int64) @ w.astype(np.int64)
+    if G.r.random() < 0.5:              # an int32 bias and relu, in integers before the cast
+        v = G.np.integers(-5000, 5000, n).astype(np.int32)
+        T, R = lt.nn.relu(T + lt.Tensor(v).to(T.symbolic_shape[1])), np.maximum(R + v, 0)
+    return T.astype("float32"), R.astype(np.float32)
 
 
 def half(G: Gen):

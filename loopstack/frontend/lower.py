@@ -31,6 +31,7 @@ from ..looptree.ir import (
     Acc, Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree as IRTree, Unary, loop_var,
     substitute_acc,
 )
+from ..dtypes import DTYPES
 from .graph import view_source_index
 from .tree import LoopTree, steps
 
@@ -92,7 +93,10 @@ def _resolve(ctx: Ctx, i: int, idx: dict, padded: bool, user: int) -> object:
         acc = Access(f"in{n.arg}", tuple(_aff(*idx[v]) for v in n.vars), padded)
         return Load(acc)
     if (n.op in ("unary", "binary") and not padded and i not in ctx.materialized
-            and _is_prefix(ctx.paths[i], ctx.paths[user])):
+            and _is_prefix(ctx.paths[i], ctx.paths[user])
+            # recomputed in the user's statement, it would compute in the user's type: an int32
+            # sum's bias stays an integer add before the result's astype converts it
+            and DTYPES[n.dtype].compute == DTYPES[g.node(user).dtype].compute):
         ctx.inlined.add(i)
         return _expr(ctx, n, idx, user)           # fusion: recompute in the user's loops
     ctx.reads[user].add(i)

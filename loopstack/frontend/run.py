@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..dtypes import dtype as _dtype
 from ..errors import ArgumentError, ScheduleError, UnsupportedError
 from .graph import canonicalize, toposort
 from .tree import LoopTree, default_schedule
@@ -171,7 +172,7 @@ def compiled(t, target=None):
     kernel = compile_tree(tree, target)
     out = prog.graph.output
     shape = tuple(prog.graph.size(v) for v in out.vars)
-    dt = np.dtype(out.dtype)
+    dt = _dtype(out.dtype).np          # bfloat16 through ml_dtypes
     t._compiled = (kernel, target, prog.reads, (shape, dt), _generation)
     return kernel, prog.reads, (shape, dt)
 

@@ -81,3 +81,12 @@ def test_a_conversion_inside_the_program_is_refused_with_the_way_out():
     with pytest.raises(UnsupportedError, match=r"an astype inside the program converts into a buffer of its own: "
                                                r"give the operands in their dtype, or cast the result"):
         lt.compile(C, target="sm_90")
+
+
+@pytest.mark.parametrize("a_dtype", ["int8", "uint8"])
+def test_an_integer_gemm_with_bias_and_relu_converts_on_the_store(a_dtype):
+    """relu(A.B + bias) in s32, then float32: the epilogue's integer bias and relu, then cvt."""
+    C, arrays, ref = gemm(40, 56, 96, a_dtype, np.random.default_rng(2), bias=True, relu=True, b_dtype="int8")
+    kernel = lt.compile(C.astype("float32"), target="sm_90")
+    got = _run(kernel, arrays, (40, 56), "float32")
+    np.testing.assert_array_equal(got, ref().astype(np.int32).astype(np.float32))

@@ -93,3 +93,20 @@ def test_same_dtype_is_no_conversion():
     s = lt.SymbolGenerator()
     X = lt.Tensor(np.arange(12, dtype=np.float32).reshape(3, 4)).to(s.m, s.n)
     assert str(X.astype("float32").exp().loop_tree) == str(X.exp().loop_tree)
+
+
+@pytest.mark.parametrize("target", [None, "interp"])
+def test_an_integer_result_is_biased_in_integers_then_converted(target):
+    """relu(A.B + bias) of int8 operands and an int32 bias, cast to float32: the bias and relu
+    stay int32 arithmetic (not fused into the float conversion), and sums beyond 2**24 round
+    once, as numpy's astype of the int32 result."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(100, 128, (9, 2048)).astype(np.int8)
+    b = rng.integers(100, 128, (2048, 11)).astype(np.int8)
+    v = rng.integers(-3, 3, 11).astype(np.int32)
+    s = lt.SymbolGenerator()
+    C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k)
+    T = lt.nn.relu(C + lt.Tensor(v).to(s.n)).astype("float32")
+    want = np.maximum(a.astype(np.int64) @ b.astype(np.int64) + v, 0).astype(np.int32).astype(np.float32)
+    assert want.max() > 2 ** 24
+    np.testing.assert_array_equal(T.numpy(target), want)
