@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..dtypes import DTYPES
 from ..looptree.ir import (
     Acc, Access, Affine, Binary, Buffer, Compute, Const, Load, Loop, LoopTree as IRTree, Unary, loop_var,
     substitute_acc,
 )
-from ..dtypes import DTYPES
 from .graph import view_source_index
 from .tree import LoopTree, steps
 

@@ -150,13 +150,21 @@ def test_an_intermediate_is_not_shrunk_inside_a_loop_over_another_variable():
 
 
 def test_stored_int8_products_stay_exact():
-    """Fuzz case 973 at seed 7: an int8 matmul cast to float32 whose products a schedule stores in
-    a buffer of their own (not fused into the sum). An int8 node, the products wrapped to 8 bits
-    before the int32 sum (max error 57088); a product only an int32 sum reads is int32."""
+    """Found by bench/fuzz.py's int8 casts: a schedule that stores an int8 matmul's products in a
+    buffer of their own (the sum no longer reusing the product's n loop). An int8 node, the
+    products wrapped to 8 bits before the int32 sum (max error 57088); a product only an int32 sum
+    reads is int32, as the fused product is."""
+    import loopstack as lt
     from loopstack.frontend import run as _run
 
-    name, T, ref, tree, _ = fuzz.build_case(7, 973)
-    T.set(tree)
+    rng = np.random.default_rng(0)
+    q, w = rng.integers(-128, 128, (24, 12)).astype(np.int8), rng.integers(-128, 128, (12, 31)).astype(np.int8)
+    s = lt.SymbolGenerator()
+    T = (lt.Tensor(q).to(s.m, s.k) * lt.Tensor(w).to(s.k, s.n)).sum(s.k).astype("float32")
+    tree = T.loop_tree
+    total = next(it.ref for it in tree.items if it.kind == "node" and tree.graph.node(it.node).op == "reduce")
+    T.set(tree.decrease_reuse(total))
+    ref = (q.astype(np.int64) @ w.astype(np.int64)).astype(np.float32)
     for target in ("interp", default_target()):
         kernel, reads, (shape, dt) = _run.compiled(T, target)
         products = [b for b in kernel.tree.buffers if b.kind == "temp" and len(b.shape) == 3]
