@@ -20,11 +20,6 @@ def as_gpu_target(target) -> GpuTarget:
     return target if isinstance(target, GpuTarget) else GpuTarget(target)
 
 
-def peak_gflops(ab: str, model=H100) -> float:
-    """The modelled GPU's mma.sync peak for operands `ab` ("f16", "s8", ...), in GFLOPS."""
-    return model.mma_flops_per_sm_cycle[ab] * model.sms * model.clock_ghz
-
-
 def knob_lines(schedule) -> tuple:
     s = schedule
     return (f"warps {s.BLK_ROW_WARPS}x{s.BLK_COL_WARPS}, tiles {s.WARP_ROW_TILES}x{s.WARP_COL_TILES}",
@@ -61,7 +56,7 @@ def measure_gpu(tree, seconds: float, target) -> Measurement:
         return not_compiled(tree, e, base)
     con = kernel.contraction
     base.update(flops=kernel.flops, bytes_moved=kernel.bytes_moved, compile_ms=kernel.compile_ms,
-                buffers=buffers_of(kernel.tree), asm=kernel.ptx, peak=peak_gflops(con.mma.ab),
+                buffers=buffers_of(kernel.tree), asm=kernel.ptx, peak=H100.mma_rate(con.mma.ab) / 1e9,
                 details=(f"mma   {con.mma.shape} {con.mma.label}",) + knob_lines(kernel.schedule)
                 + resource_lines(kernel))
     if not driver.available():

@@ -33,6 +33,10 @@ class GpuModel:
     l2_gbs: float = 10000.0
     l2_bytes: int = 50 * 1024 * 1024
 
+    def mma_rate(self, ab: str) -> float:
+        """The GPU's dense mma.sync flops per second for operands `ab` ("f16", "s8", ...)."""
+        return self.mma_flops_per_sm_cycle[ab] * self.sms * self.clock_ghz * 1e9
+
 
 H100 = GpuModel()
 
@@ -70,7 +74,7 @@ def predict_seconds(con: Contraction, s: GpuSchedule, model: GpuModel = H100) ->
     # however many are resident at once (which decides only how well latency is hidden)
     per_busiest_sm = -(-ctas // model.sms)
     flops_cta = 2 * s.bm * s.bn * k_steps * bk
-    rate = model.mma_flops_per_sm_cycle[mma.ab] * model.clock_ghz * 1e9
+    rate = model.mma_rate(mma.ab) / model.sms       # one SM's
     # ldmatrix per mma: a warp tile of r x c 16x16 tiles loads r + c fragments for 2rc mmas
     issue = 1.0 + 0.5 * (s.WARP_ROW_TILES + s.WARP_COL_TILES) / (2 * s.WARP_ROW_TILES * s.WARP_COL_TILES)
     mmas = 2 * s.WARP_ROW_TILES * s.WARP_COL_TILES       # per warp per mma k-step
