@@ -58,7 +58,7 @@ def measure_gpu(tree, seconds: float, target) -> Measurement:
     base.update(flops=kernel.flops, bytes_moved=kernel.bytes_moved, compile_ms=kernel.compile_ms,
                 buffers=buffers_of(kernel.tree), asm=kernel.ptx, peak=H100.mma_rate(con.mma.ab) / 1e9,
                 details=(f"mma   {con.mma.shape} {con.mma.label}",) + knob_lines(kernel.schedule)
-                + resource_lines(kernel))
+                + resource_lines(kernel), kernel_text=kernel.schedule_text())
     if not driver.available():
         predicted = kernel.flops / predict_seconds(con, kernel.schedule) / 1e9
         return Measurement(gflops=predicted, predicted=True, **base)

@@ -38,6 +38,7 @@ class Measurement:
     predicted: bool = False      # gflops is a cost model's prediction, not a timing (no GPU here)
     listing: str = "assembly"    # what `asm` holds: "assembly", or a GPU kernel's "PTX"
     details: tuple = ()          # more status-panel lines: a GPU kernel's knobs and resources
+    kernel_text: str = ""        # a GPU kernel's loops with their bindings (the `t` pane shows it)
 
     @property
     def intensity(self) -> float:

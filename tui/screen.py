@@ -118,7 +118,10 @@ def pane_lines(session: Session, width: int) -> tuple[str, list[str]]:
         return f"{m.listing}: innermost loop (a closes)", body
     if session.pane == "text":
         acts = [str(a) for a in session.tree.actions] or ["(no actions: the default schedule)"]
-        return "schedule: actions from the default (t closes)", acts + [""] + str(session.tree).splitlines()
+        kernel = session.measurement.kernel_text
+        return "schedule: actions from the default (t closes)", (
+            acts + [""] + str(session.tree).splitlines()
+            + (["", "the GPU kernel:"] + kernel.splitlines() if kernel else []))
     return "keys (? closes)", [f"{k:<19} {v}" for k, v in KEYS]
 
 

@@ -14,7 +14,7 @@ from loopstack.isa.ptx import driver, ptxas
 from loopstack.workloads import get_workload
 from tui import gpu as tui_gpu
 from tui.measure import innermost_asm, measure
-from tui.screen import as_text, layout
+from tui.screen import as_text, layout, pane_lines
 from tui.state import Session
 
 TF32 = GpuTarget("sm_90", allow_tf32=True)
@@ -88,6 +88,11 @@ def test_the_model_predicts_where_no_gpu_is_and_a_gpu_times(monkeypatch):
     assert m.rate().endswith("TFLOPS (predicted)")
     screen = "\n".join(as_text(layout(Session(tree, measurer=lambda t, sec: m), 24, 80)))
     assert "predicted" in screen and "no GPU here" in screen and "TF/s" in screen
+    s = Session(tree, measurer=lambda t, sec: m)
+    s.key("t")                                    # the schedule pane ends with the kernel's loops
+    _, body = pane_lines(s, 100)
+    listed = body[body.index("the GPU kernel:") + 1:]
+    assert listed == kernel.schedule_text().splitlines() and any(": block.y" in ln for ln in listed)
     s = Session(tree, measurer=lambda t, sec: m)
     s.key("b")
     assert "no GPU here; the model predicts" in s.message
