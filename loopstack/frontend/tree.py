@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, replace
 
+from ..dtypes import DTYPES
 from ..errors import ScheduleError
 from ..looptree.ir import GPU_BINDINGS
 from .graph import SCHEDULED, Graph, view_source_index
@@ -59,8 +60,28 @@ def default_schedule(graph: Graph) -> tuple[tuple[int, NodeSchedule], ...]:
     for n in graph.nodes:
         if n.op in SCHEDULED:
             order = tuple((v, graph.size(v), 0) for v in graph.domain(n))
-            out.append((n.id, NodeSchedule(order, float(n.id), n.vars)))
+            apart = frozenset({0}) if converts_integer_sum(graph, n) else frozenset()
+            out.append((n.id, NodeSchedule(order, float(n.id), n.vars, apart)))
     return tuple(out)
+
+
+def converts_integer_sum(graph: Graph, n) -> bool:
+    """Whether `n` is an astype to float of an integer sum (or its int32 epilogue).  Its loops
+    are its own by default: a contraction whose loops no other statement shares is one the
+    backend runs on its dot-product instructions (VNNI, SDOT, AMX), which then stores the int32
+    sums for the conversion to read."""
+    if not (n.op == "copy" and n.fn == "cast" and DTYPES[n.dtype].is_float):
+        return False
+    todo = [graph.node(n.inputs[0])]
+    while todo:                     # through the sum's integer epilogue (bias, relu) to the sum
+        x = todo.pop()
+        if DTYPES[x.dtype].is_float:
+            continue
+        if x.op == "reduce":
+            return True
+        if x.op in ("unary", "binary"):
+            todo += [graph.node(i) for i in x.inputs]
+    return False
 
 
 def steps(order) -> list[int]:

@@ -670,7 +670,7 @@ def default_schedule(tensor, target=None):
     from ..frontend.graph import SCHEDULED
     from ..errors import ScheduleError
     from ..frontend.mutate import copy_input, set_order, set_orders
-    from ..frontend.tree import LoopTree
+    from ..frontend.tree import LoopTree, converts_integer_sum
 
     tree = tensor if isinstance(tensor, LoopTree) else tensor.loop_tree
     tgt = _target(target)
@@ -705,6 +705,8 @@ def default_schedule(tensor, target=None):
             continue
         if n.id in plans:
             order_of[n.id] = plans[n.id].order
+            continue
+        if converts_integer_sum(g, n):      # its own loops: the sum runs on dot-product instructions
             continue
         dom = tuple(g.domain(n))
         # the multiply feeding a reduction: the reduction's order

@@ -110,3 +110,25 @@ def test_an_integer_result_is_biased_in_integers_then_converted(target):
     want = np.maximum(a.astype(np.int64) @ b.astype(np.int64) + v, 0).astype(np.int32).astype(np.float32)
     assert want.max() > 2 ** 24
     np.testing.assert_array_equal(T.numpy(target), want)
+
+
+def test_an_int8_gemm_cast_to_float_runs_on_the_dot_product_instructions():
+    """The conversion has loops of its own (by default, and in the generated default schedule),
+    so the contraction is one the backend tensorizes as it does without the cast, and the int32
+    sums are converted after."""
+    from loopstack.tune.defaults import default_schedule
+
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(-128, 128, (48, 64)).astype(np.int8), rng.integers(-128, 128, (64, 40)).astype(np.int8)
+    v = rng.integers(-99, 99, 40).astype(np.int32)
+    s = lt.SymbolGenerator()
+    C = (lt.Tensor(a).to(s.m, s.k) * lt.Tensor(b).to(s.k, s.n)).sum(s.k)
+    T = lt.nn.relu(C + lt.Tensor(v).to(s.n)).astype("float32")
+    plain = lt.compile(C).tensorized
+    assert plain is not None          # every x86 target has an 8-bit dot product (VNNI, or AVX2's pairs)
+    for tree in (T.loop_tree, default_schedule(T)):
+        kernel = tree.compile(None)
+        assert kernel.tensorized == plain, tree
+        out = np.zeros((48, 40), np.float32)
+        kernel(a, b, v, out)
+        np.testing.assert_array_equal(out, np.maximum(a.astype(np.int64) @ b.astype(np.int64) + v, 0).astype(np.float32))
