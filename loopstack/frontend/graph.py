@@ -295,7 +295,7 @@ def canonicalize(out, sizes, dsl=None) -> tuple[Graph, list]:
             ids[id(n)] = emit(op=n.op, fn=n.fn, inputs=ins, vars=vs, dtype=dt,
                               flat=tuple(names[s] for s in n.flat))
     res = nodes[ids[id(out)]]
-    if res.op not in ("unary", "binary", "reduce", "flatten") and res.fn != "cast" or res.dtype is None:
+    if (res.op not in ("unary", "binary", "reduce", "flatten") and res.fn != "cast") or res.dtype is None:
         if res.op == "const":
             raise DTypeError("a program must read at least one tensor (this one is a constant)")
         res = nodes[emit(op="copy", fn="copy", inputs=(res.id,), vars=res.vars, dtype=res.dtype)]

@@ -3,10 +3,10 @@
 Per kernel: CTAs per SM from shared memory, threads and registers; the CTAs of the busiest SM
 (ceil(CTAs / SMs)) one after another, each its mma work at the SM's mma.sync rate, derated
 when a warp issues many ldmatrix per mma (small warp tiles), when few warps are resident, and
-when fewer than 2 stages leave the copies exposed; the global traffic (each CTA reads BM x K of A and K x BN of
-B) against L2 and DRAM bandwidth; zero-filled tails count as work done.  It ranks knobs; it
-is not a simulator.  The tuner (`loopstack.tune.gpu`) searches with it, and `default_schedule`
-picks a compile's knobs from a few presets with it when none are given.
+when fewer than 2 stages leave the copies exposed; the global traffic (each CTA reads BM x K
+of A and K x BN of B) against L2 and DRAM bandwidth; zero-filled tails count as work done.
+It ranks knobs; it is not a simulator.  The tuner (`loopstack.tune.gpu`) searches with it, and
+`default_schedule` picks a compile's knobs from a few presets with it when none are given.
 """
 from __future__ import annotations
 
@@ -45,8 +45,9 @@ def registers_per_thread(s: GpuSchedule, conv: bool = False) -> int:
     """Accumulators, the A and B fragments of one k-step, the addresses of the 16-byte copies a
     thread issues each k-step beyond four (ptxas keeps their global and shared addresses across
     the loop, about 4 registers each; a k-step row is 32 * CHUNK bytes in every mma form), 24
-    for the rest, and 8 more for a convolution's pixel coordinates.  An estimate fitted to what ptxas reports: within 40 registers, and the same
-    CTAs per SM, for the presets in every form (tests/gpu/test_tune_gpu.py holds it to that)."""
+    for the rest, and 8 more for a convolution's pixel coordinates.  An estimate fitted to what
+    ptxas reports: within 40 registers, and the same CTAs per SM, for the presets in every form
+    (tests/gpu/test_tune_gpu.py holds it to that)."""
     acc = 8 * s.WARP_ROW_TILES * s.WARP_COL_TILES
     frags = 4 * s.WARP_ROW_TILES + 4 * s.WARP_COL_TILES
     copies = -(-(s.bm + s.bn) * s.CHUNK * 2 // s.threads)
